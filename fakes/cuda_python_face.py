@@ -1,0 +1,376 @@
+"""The ``cuda.bindings.runtime`` face: tuple returns, int-subclass ``cudaError_t``.
+
+Exact to cuda-python (spec/cuda-runtime.md §9): every function returns a tuple whose output
+slots are None on error; ``cudaError_t`` is the real enum when cuda-bindings is installed
+(falsy success, ``.name``, ``.value``); arguments are converted leniently as the binding does
+(None is NULL, buffers give their address, floats are truncated) and rejected with the same
+exception types (TypeError for bad pointers, OverflowError for negative or huge sizes).
+An API the fake does not model raises :class:`NotModelledError` naming COVERAGE.md.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import types
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import errors as E
+from .cuda_runtime import FakeRuntime
+
+__all__ = ["OUTPUTS", "CudaBindingsFace", "NotModelledError", "bindings_module"]
+
+
+class NotModelledError(NotImplementedError):
+    """Raised for a real cuda-python API the fake does not model (see COVERAGE.md)."""
+
+
+def bindings_module() -> types.ModuleType | None:
+    """The real ``cuda.bindings.runtime`` if installed (imported lazily, never at load)."""
+    try:
+        from cuda.bindings import runtime
+    except ImportError:
+        return None
+    return runtime
+
+
+# number of output slots after the error, per API (spec §9 return convention)
+OUTPUTS: dict[str, int] = {
+    "cudaHostRegister": 0, "cudaHostUnregister": 0, "cudaHostAlloc": 1, "cudaMallocHost": 1,
+    "cudaFreeHost": 0, "cudaMalloc": 1, "cudaFree": 0, "cudaPointerGetAttributes": 1,
+    "cudaHostGetDevicePointer": 1, "cudaHostGetFlags": 1, "cudaGetErrorString": 1,
+    "cudaGetErrorName": 1, "cudaGetLastError": 0, "cudaPeekAtLastError": 0,
+    "cudaGetDeviceCount": 1, "cudaRuntimeGetVersion": 1, "cudaDriverGetVersion": 1,
+    "cudaMemcpyAsync": 0, "cudaMemcpyBatchAsync": 0, "cudaStreamCreate": 1,
+    "cudaStreamDestroy": 0, "cudaStreamSynchronize": 0, "cudaDeviceSynchronize": 0,
+    "cudaSetDevice": 0, "cudaGetDevice": 1, "cudaDeviceGetAttribute": 1, "cudaMemGetInfo": 2,
+}
+
+_U64 = 1 << 64
+_U32 = 1 << 32
+_PTR_ERR = "Provided argument is of type {} but expected Type None, int or object with Buffer Protocol"
+
+
+def _ptr(value: Any) -> int:
+    """cuda-python's pointer conversion (spec §9): int, None, buffer, c_void_p, float."""
+    if value is None:
+        return 0
+    if isinstance(value, ctypes.c_void_p):
+        return int(value.value or 0)
+    if isinstance(value, float):
+        value = int(value)
+    if isinstance(value, int):
+        if 0 <= value < _U64:
+            return int(value)
+        raise TypeError(_PTR_ERR.format(type(value)))
+    try:
+        view = memoryview(value)
+    except TypeError:
+        # objects with an int conversion (cudaStream_t, CUdeviceptr) are accepted
+        if hasattr(value, "__int__") and not isinstance(value, str):
+            return int(value)
+        raise TypeError(_PTR_ERR.format(type(value))) from None
+    arr = np.frombuffer(view.cast("B"), np.uint8)
+    return int(arr.__array_interface__["data"][0]) if arr.size else 0
+
+
+def _unsigned(value: Any, limit: int, ctype: str) -> int:
+    """size_t / unsigned int conversion: floats truncate, negatives and overflow raise."""
+    if isinstance(value, float):
+        value = int(value)
+    if hasattr(value, "__int__") and not isinstance(value, int | str):
+        value = int(value)
+    if not isinstance(value, int):
+        raise TypeError(f"an integer is required (got type {type(value).__name__})")
+    if value < 0:
+        raise OverflowError(f"can't convert negative value to {ctype}")
+    if value >= limit:
+        raise OverflowError(f"value too large to convert to {ctype}" if limit == _U32
+                            else "Python int too large to convert to C unsigned long")
+    return value
+
+
+def _stream(value: Any) -> int:
+    """Streams: None is the legacy NULL stream (spec §5.3); handles convert with int()."""
+    if value is None:
+        return 0
+    if not isinstance(value, int) and hasattr(value, "__int__"):
+        return int(value)
+    return _ptr(value)
+
+
+def _make_fallback_types() -> dict[str, Any]:
+    """Stand-ins for the binding's enums and structs when cuda-bindings is absent."""
+    err = enum.IntEnum("cudaError_t", {name: code for code, (name, _) in E.ERRORS.items()})
+    mem = enum.IntEnum("cudaMemoryType", {"cudaMemoryTypeUnregistered": 0,
+                                          "cudaMemoryTypeHost": 1, "cudaMemoryTypeDevice": 2,
+                                          "cudaMemoryTypeManaged": 3})
+    kind = enum.IntEnum("cudaMemcpyKind", {"cudaMemcpyHostToHost": 0,
+                                           "cudaMemcpyHostToDevice": 1,
+                                           "cudaMemcpyDeviceToHost": 2,
+                                           "cudaMemcpyDeviceToDevice": 3,
+                                           "cudaMemcpyDefault": 4})
+    order = enum.IntEnum("cudaMemcpySrcAccessOrder", {
+        "cudaMemcpySrcAccessOrderInvalid": 0, "cudaMemcpySrcAccessOrderStream": 1,
+        "cudaMemcpySrcAccessOrderDuringApiCall": 2, "cudaMemcpySrcAccessOrderAny": 3,
+        "cudaMemcpySrcAccessOrderMax": 0x7FFFFFFF})
+    loc = enum.IntEnum("cudaMemLocationType", {
+        "cudaMemLocationTypeInvalid": 0, "cudaMemLocationTypeDevice": 1,
+        "cudaMemLocationTypeHost": 2, "cudaMemLocationTypeHostNuma": 3,
+        "cudaMemLocationTypeHostNumaCurrent": 4})
+    attr = enum.IntEnum("cudaDeviceAttr", {
+        "cudaDevAttrCanMapHostMemory": 19, "cudaDevAttrUnifiedAddressing": 41,
+        "cudaDevAttrCanUseHostPointerForRegisteredMem": 91,
+        "cudaDevAttrHostRegisterSupported": 99,
+        "cudaDevAttrPageableMemoryAccessUsesHostPageTables": 100,
+        "cudaDevAttrHostRegisterReadOnlySupported": 113})
+
+    class cudaMemLocation:
+        def __init__(self) -> None:
+            self.type = loc(0)
+            self.id = 0
+
+    class cudaMemcpyAttributes:
+        def __init__(self) -> None:
+            self.srcAccessOrder = order(0)
+            self.srcLocHint = cudaMemLocation()
+            self.dstLocHint = cudaMemLocation()
+            self.flags = 0
+
+    class cudaPointerAttributes:
+        def __init__(self) -> None:
+            self.type = mem(0)
+            self.device = 0
+            self.devicePointer = 0
+            self.hostPointer = 0
+
+    class cudaStream_t:
+        def __init__(self, init_value: int = 0) -> None:
+            self._v = int(init_value)
+
+        def __int__(self) -> int:
+            return self._v
+
+        def getPtr(self) -> int:
+            return self._v
+
+        def __repr__(self) -> str:
+            return f"<CUstream {self._v:#x}>"
+
+    return {"cudaError_t": err, "cudaMemoryType": mem, "cudaMemcpyKind": kind,
+            "cudaMemcpySrcAccessOrder": order, "cudaMemLocationType": loc,
+            "cudaDeviceAttr": attr, "cudaMemLocation": cudaMemLocation,
+            "cudaMemcpyAttributes": cudaMemcpyAttributes,
+            "cudaPointerAttributes": cudaPointerAttributes, "cudaStream_t": cudaStream_t}
+
+
+_TYPE_NAMES = ("cudaError_t", "cudaMemoryType", "cudaMemcpyKind", "cudaMemcpySrcAccessOrder",
+               "cudaMemLocationType", "cudaDeviceAttr", "cudaMemLocation",
+               "cudaMemcpyAttributes", "cudaPointerAttributes", "cudaStream_t")
+
+
+class CudaBindingsFace(types.ModuleType):
+    """What ``from cuda.bindings import runtime`` gives under the fake."""
+
+    cudaHostRegisterDefault = 0
+    cudaHostRegisterPortable = 1
+    cudaHostRegisterMapped = 2
+    cudaHostRegisterIoMemory = 4
+    cudaHostRegisterReadOnly = 8
+    cudaHostAllocDefault = 0
+    cudaHostAllocPortable = 1
+    cudaHostAllocMapped = 2
+    cudaHostAllocWriteCombined = 4
+    cudaStreamLegacy = 1
+    cudaStreamPerThread = 2
+    cudaCpuDeviceId = -1
+    cudaInvalidDeviceId = -2
+
+    def __init__(self, runtime: FakeRuntime, *, use_real_types: bool = True) -> None:
+        super().__init__("cuda.bindings.runtime", "cuda-python runtime (kvreg fake)")
+        self._kvreg_runtime = runtime
+        real = bindings_module() if use_real_types else None
+        types_ = ({n: getattr(real, n) for n in _TYPE_NAMES} if real is not None
+                  else _make_fallback_types())
+        self.__dict__.update(types_)
+        self._real = real
+        self._err = types_["cudaError_t"]
+        self._errs = {code: self._err(code) for code in E.ERRORS}
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _e(self, code: int) -> Any:
+        hit = self._errs.get(code)
+        return hit if hit is not None else self._err(code)
+
+    @property
+    def bindings_major(self) -> int:
+        return self._kvreg_runtime.driver.profile.bindings_major
+
+    # -- error strings and state (spec §1, §6) ------------------------------------------------
+    def cudaGetErrorString(self, error: Any) -> tuple[Any, bytes]:
+        return self._e(0), E.error_string(int(error)).encode()
+
+    def cudaGetErrorName(self, error: Any) -> tuple[Any, bytes]:
+        return self._e(0), E.error_name(int(error)).encode()
+
+    def cudaGetLastError(self) -> tuple[Any]:
+        return (self._e(self._kvreg_runtime.get_last_error()),)
+
+    def cudaPeekAtLastError(self) -> tuple[Any]:
+        return (self._e(self._kvreg_runtime.peek_at_last_error()),)
+
+    # -- registration (spec §2, §3) -------------------------------------------------------------
+    def cudaHostRegister(self, ptr: Any, size: Any, flags: Any) -> tuple[Any]:
+        p = _ptr(ptr)
+        s = _unsigned(size, _U64, "size_t")
+        f = _unsigned(flags, _U32, "unsigned int")
+        return (self._e(self._kvreg_runtime.host_register(p, s, f)),)
+
+    def cudaHostUnregister(self, ptr: Any) -> tuple[Any]:
+        return (self._e(self._kvreg_runtime.host_unregister(_ptr(ptr))),)
+
+    def cudaHostAlloc(self, size: Any, flags: Any) -> tuple[Any, int | None]:
+        code, ptr = self._kvreg_runtime.host_alloc(_unsigned(size, _U64, "size_t"),
+                                                   _unsigned(flags, _U32, "unsigned int"))
+        return self._e(code), ptr
+
+    def cudaMallocHost(self, size: Any) -> tuple[Any, int | None]:
+        code, ptr = self._kvreg_runtime.host_alloc(_unsigned(size, _U64, "size_t"), 0)
+        return self._e(code), ptr
+
+    def cudaFreeHost(self, ptr: Any) -> tuple[Any]:
+        return (self._e(self._kvreg_runtime.free_host(_ptr(ptr))),)
+
+    def cudaMalloc(self, size: Any) -> tuple[Any, int | None]:
+        code, ptr = self._kvreg_runtime.malloc(_unsigned(size, _U64, "size_t"))
+        return self._e(code), ptr
+
+    def cudaFree(self, devPtr: Any) -> tuple[Any]:
+        return (self._e(self._kvreg_runtime.free(_ptr(devPtr))),)
+
+    # -- queries (spec §4) --------------------------------------------------------------------------
+    def cudaPointerGetAttributes(self, ptr: Any) -> tuple[Any, Any]:
+        code, attrs = self._kvreg_runtime.pointer_get_attributes(_ptr(ptr))
+        if code or attrs is None:
+            return self._e(code), None
+        out = self.cudaPointerAttributes()
+        out.type = self.cudaMemoryType(attrs.type)
+        out.device = attrs.device
+        out.devicePointer = attrs.devicePointer
+        out.hostPointer = attrs.hostPointer
+        return self._e(0), out
+
+    def cudaHostGetDevicePointer(self, pHost: Any, flags: Any) -> tuple[Any, int | None]:
+        code, dev = self._kvreg_runtime.host_get_device_pointer(
+            _ptr(pHost), _unsigned(flags, _U32, "unsigned int"))
+        return self._e(code), dev
+
+    def cudaHostGetFlags(self, pHost: Any) -> tuple[Any, int | None]:
+        code, flags = self._kvreg_runtime.host_get_flags(_ptr(pHost))
+        return self._e(code), flags
+
+    def cudaGetDeviceCount(self) -> tuple[Any, int | None]:
+        code, n = self._kvreg_runtime.get_device_count()
+        return self._e(code), n
+
+    def cudaGetDevice(self) -> tuple[Any, int | None]:
+        code, d = self._kvreg_runtime.get_device()
+        return self._e(code), d
+
+    def cudaSetDevice(self, device: Any) -> tuple[Any]:
+        return (self._e(self._kvreg_runtime.set_device(int(device))),)
+
+    def cudaDeviceGetAttribute(self, attr: Any, device: Any) -> tuple[Any, int | None]:
+        code, value = self._kvreg_runtime.device_get_attribute(int(attr), int(device))
+        return self._e(code), value
+
+    def cudaMemGetInfo(self) -> tuple[Any, int | None, int | None]:
+        code, free, total = self._kvreg_runtime.mem_get_info()
+        return self._e(code), free, total
+
+    def cudaRuntimeGetVersion(self) -> tuple[Any, int]:
+        code, v = self._kvreg_runtime.runtime_get_version()
+        return self._e(code), v
+
+    def cudaDriverGetVersion(self) -> tuple[Any, int]:
+        code, v = self._kvreg_runtime.driver_get_version()
+        return self._e(code), v
+
+    # -- streams ------------------------------------------------------------------------------------
+    def cudaStreamCreate(self) -> tuple[Any, Any]:
+        code, handle = self._kvreg_runtime.stream_create()
+        return self._e(code), (self.cudaStream_t(handle) if handle is not None else None)
+
+    def cudaStreamDestroy(self, stream: Any) -> tuple[Any]:
+        return (self._e(self._kvreg_runtime.stream_destroy(_stream(stream))),)
+
+    def cudaStreamSynchronize(self, stream: Any) -> tuple[Any]:
+        return (self._e(self._kvreg_runtime.synchronize(_stream(stream))),)
+
+    def cudaDeviceSynchronize(self) -> tuple[Any]:
+        return (self._e(self._kvreg_runtime.synchronize(None)),)
+
+    # -- copies (spec §5) ---------------------------------------------------------------------------
+    def cudaMemcpyAsync(self, dst: Any, src: Any, count: Any, kind: Any,
+                        stream: Any) -> tuple[Any]:
+        code = self._kvreg_runtime.memcpy_async(_ptr(dst), _ptr(src),
+                                                _unsigned(count, _U64, "size_t"), int(kind),
+                                                _stream(stream))
+        return (self._e(code),)
+
+    def cudaMemcpyBatchAsync(self, dsts: Sequence[Any] | np.ndarray,
+                             srcs: Sequence[Any] | np.ndarray,
+                             sizes: Sequence[int] | np.ndarray, count: Any,
+                             attrs: Sequence[Any], attrsIdxs: Sequence[int], numAttrs: Any,
+                             stream: Any) -> tuple[Any, ...]:
+        """12.x returns (err, failIdx) with failIdx None on error; 13.x returns (err,)."""
+        n = _unsigned(count, _U64, "size_t")
+        na = _unsigned(numAttrs, _U64, "size_t")
+        for label, seq, need in (("dsts", dsts, n), ("srcs", srcs, n), ("sizes", sizes, n),
+                                 ("attrs", attrs, na), ("attrsIdxs", attrsIdxs, na)):
+            if seq is None:
+                seq = ()
+            if len(seq) < need:   # the binding's own Python-side check (spec §5.3)
+                raise RuntimeError(f"List is too small: {len(seq)} < {need}")
+        d = self._ptr_array(dsts, n)
+        s = self._ptr_array(srcs, n)
+        z = np.asarray(sizes[:n] if not isinstance(sizes, np.ndarray) else sizes[:n],
+                       dtype=np.int64)
+        orders = [int(a.srcAccessOrder) for a in list(attrs)[:na]]
+        code, fail_idx = self._kvreg_runtime.memcpy_batch_async(
+            d, s, z, n, orders, [int(i) for i in list(attrsIdxs)[:na]], na, _stream(stream))
+        err = self._e(code)
+        if self.bindings_major == 12:
+            return err, (None if code else fail_idx)
+        return (err,)
+
+    @staticmethod
+    def _ptr_array(values: Sequence[Any] | np.ndarray, n: int) -> np.ndarray:
+        if isinstance(values, np.ndarray):
+            return values[:n].astype(np.uint64, copy=False)
+        head = values[:n]
+        try:
+            return np.fromiter(head, np.uint64, n)
+        except (TypeError, OverflowError, ValueError):
+            return np.array([_ptr(v) for v in head], np.uint64)
+
+    # -- everything else -------------------------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        real = self.__dict__.get("_real")
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if real is not None and hasattr(real, name):
+            value = getattr(real, name)
+            if isinstance(value, int | float | str | bytes) or isinstance(value, type):
+                return value   # constants and types are safe to share
+            raise NotModelledError(
+                f"cuda.bindings.runtime.{name} is not modelled by kvreg's fake CUDA runtime; "
+                "see COVERAGE.md for what is modelled")
+        if name.startswith("cuda"):
+            raise NotModelledError(
+                f"cuda.bindings.runtime.{name} is not modelled by kvreg's fake CUDA runtime; "
+                "see COVERAGE.md for what is modelled")
+        raise AttributeError(f"module 'cuda.bindings.runtime' has no attribute '{name}'")

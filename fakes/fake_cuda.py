@@ -1,0 +1,127 @@
+"""``FakeCuda``: one simulated process with a driver, two runtimes, a trace and a fault plan.
+
+This is what tests and the ``fake_cudart`` fixture hold. ``fake.torch`` is what
+``torch.cuda.cudart()`` returns under ``fake.patch()``; ``fake.runtime`` is what
+``cuda.bindings.runtime`` becomes. Both are recorded and fault-injected by one
+:class:`~kvreg.fakes.recorder.Intercepted` layer each, sharing one trace and one plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from . import errors as E
+from .address_space import AddressSpace, VirtualTensor
+from .cuda_driver import FakeDriver
+from .cuda_python_face import OUTPUTS, CudaBindingsFace
+from .cuda_runtime import FakeRuntime
+from .faults import FaultPlan, FaultRule
+from .patching import patch_cuda_bindings, patch_torch_cudart
+from .profile import DeviceProfile
+from .recorder import Intercepted, Trace
+from .torch_face import TorchCudartFace
+
+__all__ = ["FakeCuda", "LiveRegistration"]
+
+
+@dataclass(frozen=True)
+class LiveRegistration:
+    """A registration still pinned, with the buffer it belongs to (for leak reports)."""
+
+    base: int
+    size: int
+    flags: int
+    buffer: str | None
+    offset: int | None
+
+    def describe(self) -> str:
+        where = f" ({self.buffer} + {self.offset:#x})" if self.buffer is not None else ""
+        return f"[{self.base:#x}, {self.base + self.size:#x}) {self.size} bytes{where}"
+
+
+class FakeCuda:
+    """A fake CUDA process: independent of every other instance (no global state)."""
+
+    def __init__(self, profile: str | DeviceProfile | None = None, *,
+                 space: AddressSpace | None = None, use_real_types: bool = True) -> None:
+        self.driver = FakeDriver(profile, space)
+        self.space = self.driver.space
+        self.trace = Trace()
+        self.trace.describe_ptr = self.space.describe
+        self.faults = FaultPlan()
+        # two runtime instances over one driver: torch's libcudart and cuda-bindings' (spec §6)
+        self.torch_runtime = FakeRuntime(self.driver, "torch")
+        self.cuda_runtime = FakeRuntime(self.driver, "cuda-bindings")
+        self.torch: Any = Intercepted(
+            TorchCudartFace(self.torch_runtime), face="torch", trace=self.trace,
+            plan=self.faults, resolve=self._resolve,
+            on_injected=self.torch_runtime.set_last_error)
+        self.runtime: Any = Intercepted(
+            CudaBindingsFace(self.cuda_runtime, use_real_types=use_real_types), face="cuda",
+            trace=self.trace, plan=self.faults, resolve=self._resolve, outputs=OUTPUTS,
+            on_injected=self.cuda_runtime.set_last_error)
+
+    @property
+    def profile(self) -> DeviceProfile:
+        return self.driver.profile
+
+    # -- memory -------------------------------------------------------------------------------
+    def virtual(self, shape: Sequence[int] | int, dtype: Any = "uint8", *,
+                name: str = "") -> VirtualTensor:
+        """A virtual buffer of any size in this process's address space (no RAM)."""
+        return self.space.virtual(shape, dtype, name=name)
+
+    def track(self, obj: Any, *, name: str = "") -> Any:
+        """Name a real buffer so traces and leak reports can point into it."""
+        self.space.track(obj, name=name)
+        return obj
+
+    def _resolve(self, ptr: int) -> tuple[str, int] | None:
+        hit = self.space.owner(ptr)
+        return None if hit is None else (hit[0].name, hit[1])
+
+    # -- faults -------------------------------------------------------------------------------
+    def inject(self, api: str, *, nth: int | None = None, error: int | str | Any = None,
+               **kwargs: Any) -> FaultRule:
+        """Arm a fault on ``api`` (``"cudaHostRegister"`` or a full ``"cudart.*"`` point).
+
+        ``fake.inject("cudaHostRegister", nth=2, error=2)`` fails the second call with
+        cudaErrorMemoryAllocation, once.
+        """
+        point = api if "." in api or api == "*" else f"cudart.{api}"
+        if error is None and "raise_" not in kwargs and "delay" not in kwargs:
+            error = E.INVALID_VALUE
+        return self.faults.arm(point, error=error, nth=nth, **kwargs)
+
+    # -- reports ------------------------------------------------------------------------------
+    def live_registrations(self) -> list[LiveRegistration]:
+        out = []
+        for entry in self.driver.live_registrations():
+            hit = self._resolve(entry.base)
+            out.append(LiveRegistration(entry.base, entry.size, entry.flags,
+                                        hit[0] if hit else None, hit[1] if hit else None))
+        return out
+
+    def leak_report(self) -> str:
+        """Empty when nothing leaked; otherwise one line per live registration."""
+        live = self.live_registrations()
+        if not live:
+            return ""
+        lines = [f"{len(live)} host registration(s) still live (never unregistered):"]
+        lines += [f"  {r.describe()}" for r in live]
+        return "\n".join(lines)
+
+    # -- activation -----------------------------------------------------------------------------
+    @contextmanager
+    def patch(self, *, torch: bool = True, cuda_bindings: bool = True) -> Iterator[FakeCuda]:
+        """For the block, ``torch.cuda.cudart()`` and ``cuda.bindings.runtime`` reach this fake."""
+        with ExitStack() as stack:
+            if torch:
+                stack.enter_context(patch_torch_cudart(self.torch))
+            if cuda_bindings:
+                stack.enter_context(patch_cuda_bindings(
+                    self.runtime, legacy=self.profile.bindings_major == 12))
+            yield self

@@ -1,0 +1,288 @@
+"""Fault plans: named points, counted or seeded triggers, and actions that stay realistic.
+
+Points are ``family.api`` names (``cudart.cudaHostRegister``) with ``*`` groups
+(``cudart.*``, ``*``), after libfiu and fail-rs (spec/anchors.md §8, §9.5). A rule fires on
+the nth matching call, after N calls, K times, when a predicate on the arguments holds, or
+with a probability that **requires** a seed, so every run can be repeated. An injected error
+code must be one the API can really return (``errors.API_ERRORS``): a plan that makes
+``cudaHostUnregister`` return "out of memory" is rejected when it is armed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import random
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import errors as E
+
+__all__ = ["FAULT_POINTS", "CallInfo", "FaultPlan", "FaultPlanError", "FaultRule",
+           "register_points"]
+
+
+class FaultPlanError(ValueError):
+    """A fault plan that cannot be honoured: unknown point, impossible code, bad trigger."""
+
+
+# point name -> the error codes that API can really return (None: it raises, not returns)
+FAULT_POINTS: dict[str, frozenset[int] | None] = {
+    f"cudart.{api}": codes for api, codes in E.API_ERRORS.items()
+}
+
+
+def register_points(points: Mapping[str, frozenset[int] | None]) -> None:
+    """Let another fake family (verbs, mooncake) declare its points and valid codes."""
+    FAULT_POINTS.update(points)
+
+
+@dataclass(frozen=True)
+class CallInfo:
+    """What a predicate sees of one call."""
+
+    point: str
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    ptr: int | None = None
+    size: int | None = None
+    offset: int | None = None   # ptr relative to the buffer that owns it, when known
+    buffer: str | None = None
+
+
+def _int_args(args: tuple[Any, ...]) -> list[int]:
+    return [a for a in args if isinstance(a, int) and not isinstance(a, bool)]
+
+
+@dataclass
+class FaultRule:
+    """One armed fault. ``calls`` counts matching calls; ``fired`` counts injections."""
+
+    point: str
+    error: int | None = None
+    raise_: BaseException | type[BaseException] | None = None
+    delay: float = 0.0
+    nth: int | None = None
+    after: int | None = None
+    times: int | None = None
+    predicate: Callable[[CallInfo], bool] | None = None
+    probability: float | None = None
+    seed: int | None = None
+    calls: int = 0
+    fired: int = 0
+    _rng: random.Random | None = field(default=None, repr=False)
+
+    def matches_point(self, point: str) -> bool:
+        return point == self.point or fnmatch.fnmatchcase(point, self.point)
+
+    def applies_to(self, point: str) -> bool:
+        """A group rule skips APIs that cannot return its code."""
+        if not self.matches_point(point):
+            return False
+        if self.error is None:
+            return True
+        codes = FAULT_POINTS.get(point)
+        return codes is None or self.error in codes
+
+    def should_fire(self, info: CallInfo) -> bool:
+        if self.predicate is not None and not self.predicate(info):
+            return False
+        self.calls += 1
+        if self.times is not None and self.fired >= self.times:
+            return False
+        if self.nth is not None and self.calls < self.nth:
+            return False
+        if self.after is not None and self.calls <= self.after:
+            return False
+        if self.probability is not None:
+            assert self._rng is not None
+            if self._rng.random() >= self.probability:
+                return False
+        self.fired += 1
+        return True
+
+    def describe(self) -> str:
+        if self.raise_ is not None:
+            action = f"raise {self.raise_!r}"
+        elif self.error is not None:
+            action = f"return {E.error_name(self.error)} ({self.error})"
+        else:
+            action = "pass through"
+        if self.delay:
+            action = f"delay {self.delay}s, then {action}"
+        trig = []
+        if self.nth is not None:
+            trig.append(f"call #{self.nth}")
+        if self.after is not None:
+            trig.append(f"after {self.after} calls")
+        if self.times is not None:
+            trig.append(f"{self.times} time(s)")
+        if self.probability is not None:
+            trig.append(f"p={self.probability} seed={self.seed}")
+        if self.predicate is not None:
+            trig.append("when predicate holds")
+        return f"{self.point}: {action} on {', '.join(trig) or 'every call'} (fired {self.fired})"
+
+
+class FaultPlan:
+    """The faults armed for one test or scenario; thread-safe, never global."""
+
+    def __init__(self) -> None:
+        self._rules: list[FaultRule] = []
+        self._lock = threading.Lock()
+
+    def __bool__(self) -> bool:
+        return bool(self._rules)
+
+    def __len__(self) -> int:
+        return len(self._rules)
+
+    @property
+    def rules(self) -> list[FaultRule]:
+        return list(self._rules)
+
+    def arm(self, point: str, *, error: int | str | Any = None,
+            raise_: BaseException | type[BaseException] | None = None, delay: float = 0.0,
+            nth: int | None = None, after: int | None = None, times: int | None = None,
+            predicate: Callable[[CallInfo], bool] | None = None,
+            probability: float | None = None, seed: int | None = None) -> FaultRule:
+        """Arm a fault; every argument is checked before the plan changes."""
+        matched = self._matching_points(point)
+        code: int | None = None
+        if error is not None:
+            try:
+                code = E.code_for(error)
+            except (TypeError, ValueError) as exc:
+                raise FaultPlanError(f"fault on {point!r}: {exc}") from None
+            valid = [p for p in matched if FAULT_POINTS[p] is None or code in FAULT_POINTS[p]]
+            if not valid:
+                allowed = sorted(set().union(*(FAULT_POINTS[p] or () for p in matched)))
+                names = ", ".join(f"{c} {E.error_name(c)}" for c in allowed)
+                raise FaultPlanError(
+                    f"{point} cannot return {code} ({E.error_name(code)}); "
+                    f"codes it can really return: {names}")
+            if code == 0:
+                raise FaultPlanError(f"fault on {point!r}: error 0 is success, not a fault")
+        if error is None and raise_ is None and not delay:
+            raise FaultPlanError(f"fault on {point!r} needs an action: error, raise_ or delay")
+        for label, value in (("nth", nth), ("after", after), ("times", times)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                      or value < (1 if label == "nth" else 0)):
+                raise FaultPlanError(f"fault on {point!r}: {label} must be a "
+                                     f"{'positive' if label == 'nth' else 'non-negative'} "
+                                     f"int, got {value!r}")
+        if nth is not None and times is None:
+            times = 1
+        if probability is not None:
+            if not 0.0 <= probability <= 1.0:
+                raise FaultPlanError(f"fault on {point!r}: probability must be in [0, 1]")
+            if seed is None:
+                raise FaultPlanError(f"fault on {point!r}: a probability needs a seed, so the "
+                                     "run can be repeated")
+        if delay < 0:
+            raise FaultPlanError(f"fault on {point!r}: delay must be >= 0")
+        rule = FaultRule(point, code, raise_, float(delay), nth, after, times, predicate,
+                         probability, seed)
+        if probability is not None:
+            rule._rng = random.Random(seed)
+        with self._lock:
+            self._rules.append(rule)
+        return rule
+
+    def arm_from_dict(self, spec: Mapping[str, Any]) -> FaultRule:
+        """Arm from a scenario-file table: ``{point, error, nth, after, times, ...}``."""
+        known = {"point", "error", "nth", "after", "times", "probability", "seed", "delay",
+                 "raise", "when"}
+        unknown = set(spec) - known
+        if unknown:
+            raise FaultPlanError(f"unknown fault field(s) {sorted(unknown)}; "
+                                 f"known: {sorted(known)}")
+        if "point" not in spec:
+            raise FaultPlanError("a fault needs a 'point'")
+        raise_: BaseException | None = None
+        if "raise" in spec:
+            raise_ = RuntimeError(str(spec["raise"]))
+        predicate = _predicate_from(spec["when"]) if "when" in spec else None
+        return self.arm(str(spec["point"]), error=spec.get("error"), raise_=raise_,
+                        delay=float(spec.get("delay", 0.0)), nth=spec.get("nth"),
+                        after=spec.get("after"), times=spec.get("times"),
+                        predicate=predicate, probability=spec.get("probability"),
+                        seed=spec.get("seed"))
+
+    def check(self, info: CallInfo) -> FaultRule | None:
+        """The rule that fires for this call, if any (the first armed one wins)."""
+        with self._lock:
+            fired = None
+            for rule in self._rules:
+                if not rule.applies_to(info.point):
+                    continue
+                if fired is None:
+                    if rule.should_fire(info):
+                        fired = rule
+                elif rule.predicate is None or rule.predicate(info):
+                    rule.calls += 1  # counted, though an earlier rule took this call
+            return fired
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rules.clear()
+
+    def describe(self) -> list[str]:
+        return [r.describe() for r in self._rules]
+
+    @staticmethod
+    def _matching_points(point: str) -> list[str]:
+        if not isinstance(point, str) or not point:
+            raise FaultPlanError(f"a fault point must be a non-empty str, got {point!r}")
+        matched = [p for p in FAULT_POINTS if p == point or fnmatch.fnmatchcase(p, point)]
+        if not matched:
+            close = difflib.get_close_matches(point, FAULT_POINTS, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise FaultPlanError(f"unknown fault point {point!r}{hint} "
+                                 f"(known: {', '.join(sorted(FAULT_POINTS))})")
+        return matched
+
+
+def _predicate_from(when: Mapping[str, Any]) -> Callable[[CallInfo], bool]:
+    """Predicates a scenario file can state: bounds on size and buffer offset."""
+    tests: list[Callable[[CallInfo], bool]] = []
+    ops: dict[str, Callable[[CallInfo, int], bool]] = {
+        "size_ge": lambda c, v: c.size is not None and c.size >= v,
+        "size_lt": lambda c, v: c.size is not None and c.size < v,
+        "size": lambda c, v: c.size == v,
+        "offset": lambda c, v: c.offset == v,
+        "offset_ge": lambda c, v: c.offset is not None and c.offset >= v,
+        "offset_lt": lambda c, v: c.offset is not None and c.offset < v,
+    }
+    for key, value in when.items():
+        if key == "buffer":
+            tests.append(lambda c, v=value: c.buffer == v)
+            continue
+        if key not in ops:
+            raise FaultPlanError(f"unknown 'when' condition {key!r}; known: "
+                                 f"{sorted([*ops, 'buffer'])}")
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise FaultPlanError(f"'when.{key}' must be an int, got {value!r}")
+        op = ops[key]
+        tests.append(lambda c, op=op, v=value: op(c, v))
+    return lambda c: all(t(c) for t in tests)
+
+
+def call_info(point: str, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+              resolve: Callable[[int], tuple[str, int] | None] | None = None) -> CallInfo:
+    """Build a CallInfo: first int arg is the pointer, second the size (register-like APIs)."""
+    ints = _int_args(args)
+    ptr = ints[0] if ints else None
+    size = ints[1] if len(ints) > 1 else None
+    buffer = offset = None
+    if ptr is not None and resolve is not None:
+        hit = resolve(ptr)
+        if hit is not None:
+            buffer, offset = hit
+    return CallInfo(point, args, kwargs, ptr, size, offset, buffer)
+
+
+def iter_points(prefix: str) -> Iterable[str]:
+    return (p for p in FAULT_POINTS if p.startswith(prefix))

@@ -1,0 +1,93 @@
+"""Context managers that make ``torch.cuda.cudart()`` and ``cuda.bindings.runtime`` reach a fake.
+
+They work on a CPU-only torch build (where ``torch.cuda.cudart()`` raises AssertionError)
+and without cuda-bindings installed, and restore every attribute and ``sys.modules`` entry
+they touched, whatever happens inside. References bound before activation
+(``from torch.cuda import cudart``) are the caller's to patch with ``patch_attr``.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+__all__ = ["patch_attr", "patch_cuda_bindings", "patch_torch_cudart"]
+
+_MISSING = object()
+
+
+@contextmanager
+def patch_attr(obj: Any, name: str, value: Any) -> Iterator[None]:
+    """Set ``obj.name = value`` for the block; delete it afterwards if it was absent."""
+    old = obj.__dict__.get(name, _MISSING) if hasattr(obj, "__dict__") else \
+        getattr(obj, name, _MISSING)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        if old is _MISSING:
+            try:
+                delattr(obj, name)
+            except AttributeError:
+                pass
+        else:
+            setattr(obj, name, old)
+
+
+@contextmanager
+def patch_torch_cudart(face: Any) -> Iterator[bool]:
+    """``torch.cuda.cudart()`` returns ``face``; yields False when torch is not installed."""
+    try:
+        import torch
+        import torch.cuda
+    except ImportError:
+        yield False
+        return
+    with ExitStack() as stack:
+        stack.enter_context(patch_attr(torch.cuda, "cudart", lambda: face))
+        # torch.cuda.check_error / CudaError read the module global _cudart
+        stack.enter_context(patch_attr(torch.cuda, "_cudart", face))
+        yield True
+
+
+@contextmanager
+def _sys_module(name: str, module: Any) -> Iterator[None]:
+    old = sys.modules.get(name, _MISSING)
+    sys.modules[name] = module
+    try:
+        yield
+    finally:
+        if old is _MISSING:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = old
+
+
+@contextmanager
+def patch_cuda_bindings(face: Any, *, legacy: bool = False) -> Iterator[None]:
+    """``from cuda.bindings import runtime`` (and ``import cuda.bindings.runtime``) gives ``face``.
+
+    Without cuda-bindings installed, stand-in ``cuda`` and ``cuda.bindings`` packages are put
+    in ``sys.modules`` for the block. ``legacy=True`` also maps the 12.x ``cuda.cudart`` path.
+    """
+    with ExitStack() as stack:
+        try:
+            import cuda.bindings as bindings_pkg
+            cuda_pkg = sys.modules["cuda"]
+        except ImportError:
+            cuda_pkg = types.ModuleType("cuda")
+            cuda_pkg.__path__ = []
+            bindings_pkg = types.ModuleType("cuda.bindings")
+            bindings_pkg.__path__ = []  # type: ignore[attr-defined]
+            stack.enter_context(_sys_module("cuda", cuda_pkg))
+            stack.enter_context(_sys_module("cuda.bindings", bindings_pkg))
+            stack.enter_context(patch_attr(cuda_pkg, "bindings", bindings_pkg))
+        stack.enter_context(_sys_module("cuda.bindings.runtime", face))
+        stack.enter_context(patch_attr(bindings_pkg, "runtime", face))
+        if legacy:
+            stack.enter_context(_sys_module("cuda.cudart", face))
+            stack.enter_context(patch_attr(cuda_pkg, "cudart", face))
+        yield

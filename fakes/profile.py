@@ -1,0 +1,137 @@
+"""Device profiles: the driver facts and the unsettled ([UNC]) behaviours, by name.
+
+Every behaviour spec/cuda-runtime.md marks [UNC] is a field here with a documented default,
+so a test can pin the choice it relies on and the real-hardware tier can replace the
+defaults with what a machine really did (``DeviceProfile.from_dict``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["PROFILES", "DeviceProfile", "get_profile"]
+
+GiB = 1 << 30
+PER_CALL_CEILING_R580 = 512 * GiB  # spec §2.2: 2^39 bytes or more -> 2 on R580+ [OBS-ext]
+
+EnvMode = Literal["ok", "no_driver", "no_gpu", "stub"]
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """What one machine's driver and device do, as far as registration is concerned."""
+
+    name: str = "h200-r580"
+    description: str = "H200 on an R580+ driver (CUDA 13), x86-64 Linux with UVA"
+    # environment: "no_driver" -> 35, "no_gpu" -> 100, "stub" -> 34 from every call (spec §2.2, §11.4)
+    env: EnvMode = "ok"
+    device_count: int = 1
+    device_name: str = "NVIDIA H200"
+    total_memory: int = 143_771_942_912
+    driver_version: int = 13000
+    runtime_version: int = 13000
+    # spec §2.2: a single call of 512 GiB or more fails with 2 on R580+; None = no ceiling (575-)
+    per_call_limit: int | None = PER_CALL_CEILING_R580
+    # spec §2.1: cudaDevAttrHostRegisterSupported (99)
+    host_register_supported: bool = True
+    # spec §2.1: cudaDevAttrHostRegisterReadOnlySupported (113); without it ReadOnly -> 801.
+    # The attribute's value per device is not in the spec; the real tier records it.
+    read_only_supported: bool = False
+    # spec §2.1 / §4: cudaDevAttrCanUseHostPointerForRegisteredMem (91): alias == host VA
+    can_use_host_pointer_for_registered_mem: bool = True
+    # IoMemory flag: the driver doc allows NOT_PERMITTED for unprivileged users (spec §2.1)
+    io_memory_permitted: bool = False
+    # [UNC] spec §2.2 row "byte-disjoint but same 4 KiB page": observed to succeed, so the
+    # overlap check is per byte ("byte"); "page" makes it per 4 KiB page (-> 712).
+    overlap_granularity: Literal["byte", "page"] = "byte"
+    # [UNC] spec §5.4: a copy spanning two adjacent, separate registrations. The conservative
+    # default is to reject it with 1 (spec §11.3); "allow" treats it as pinned.
+    copy_across_registrations: Literal["reject", "allow"] = "reject"
+    # [UNC] spec §2.2: registering memory from cudaHostAlloc "reports an error", probably 712.
+    register_host_alloc_code: int = 712
+    # [UNC] spec §3: cudaHostUnregister(NULL) gives InvalidValue or 713.
+    unregister_null_code: int = 1
+    # [UNC] spec §4: cudaHostGetFlags on cudaHostRegister'd memory: the registration flags
+    # ("flags") or InvalidValue ("invalid", the documented wording).
+    host_get_flags_on_registered: Literal["flags", "invalid"] = "invalid"
+    # [UNC] spec §4: for an interior address, hostPointer/devicePointer report the queried
+    # address ("queried", the [INF] reading) or the registration base ("base").
+    pointer_attributes_interior: Literal["queried", "base"] = "queried"
+    # [UNC] spec §4: the `device` reported for unregistered memory (cudaInvalidDeviceId = -2).
+    unregistered_pointer_device: int = -2
+    # spec §5.3: what failIdx holds when the batch error names no copy (SIZE_MAX) [DOC]
+    batch_fail_idx_unspecific: int = (1 << 64) - 1
+    # spec §5.3: cudaMemcpyBatchAsync needs a 12.8+ driver (36 below that) [DOC]
+    batch_min_driver: int = 12080
+    # spec §9 / §5.3: the cuda-python return arity of cudaMemcpyBatchAsync: 12 -> (err, failIdx)
+    bindings_major: int = 13
+    # spec §10 / §2.3: ~0.1 s per GB for prefaulted memory; used only by the optional delay mode
+    seconds_per_gib_registered: float = 0.1
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def replace(self, **changes: Any) -> DeviceProfile:
+        """A copy with some fields changed; unknown fields raise TypeError naming them."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise TypeError(f"unknown DeviceProfile field(s): {', '.join(sorted(unknown))}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DeviceProfile:
+        """Build a profile from a dict, e.g. the settled answers of a real-hardware run."""
+        return cls().replace(**data)
+
+
+PROFILES: dict[str, DeviceProfile] = {
+    "h200-r580": DeviceProfile(),
+    "h100-r575": DeviceProfile(
+        name="h100-r575",
+        description="H100 on an R575 driver (CUDA 12.9): no 512 GiB per-call ceiling",
+        device_name="NVIDIA H100 80GB HBM3",
+        total_memory=85_029_158_912,
+        driver_version=12090,
+        runtime_version=12090,
+        per_call_limit=None,
+        bindings_major=12,
+    ),
+    "old-driver-12.2": DeviceProfile(
+        name="old-driver-12.2",
+        description="A 12.8+ runtime on a 12.2 driver: cudaMemcpyBatchAsync gives 36",
+        driver_version=12020,
+        runtime_version=12090,
+        per_call_limit=None,
+        bindings_major=12,
+    ),
+    "wsl2": DeviceProfile(
+        name="wsl2",
+        description="WSL2 GPU-PV: registered memory has a device alias != host VA",
+        can_use_host_pointer_for_registered_mem=False,
+    ),
+    "no-driver": DeviceProfile(
+        name="no-driver", description="No NVIDIA driver installed (every call 35)",
+        env="no_driver", device_count=0, driver_version=0,
+    ),
+    "no-gpu": DeviceProfile(
+        name="no-gpu", description="Driver present, no GPU visible (100)",
+        env="no_gpu", device_count=0,
+    ),
+}
+
+
+def get_profile(profile: str | DeviceProfile | None = None) -> DeviceProfile:
+    """Resolve a profile by name (ValueError lists the known names)."""
+    if profile is None:
+        return PROFILES["h200-r580"]
+    if isinstance(profile, DeviceProfile):
+        return profile
+    try:
+        return PROFILES[profile]
+    except KeyError:
+        raise ValueError(
+            f"unknown device profile {profile!r}; known: {', '.join(sorted(PROFILES))}"
+        ) from None

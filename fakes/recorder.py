@@ -1,0 +1,181 @@
+"""One recorder and fault injector in front of any runtime face, fake or real.
+
+``Intercepted`` wraps a module-like object (the fake's faces, or the real
+``torch._C._cudart`` / ``cuda.bindings.runtime``) so that every ``cuda*`` call is checked
+against a :class:`~kvreg.fakes.faults.FaultPlan` and recorded in a :class:`Trace`. Because it
+sits in front of the backend, a fault plan and a trace mean the same on the fake and on
+real hardware (design: "One scenario, end to end").
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from . import errors as E
+from .faults import FaultPlan, call_info
+
+__all__ = ["Intercepted", "Trace", "TraceEntry"]
+
+Face = Literal["torch", "cuda"]
+
+
+@dataclass(frozen=True)
+class TraceEntry:
+    """One recorded call."""
+
+    seq: int
+    face: str
+    api: str
+    args: tuple[Any, ...]
+    code: int | None       # the CUDA error code, None for calls that return no code
+    result: Any
+    injected: bool
+    thread: int
+
+    @property
+    def ok(self) -> bool:
+        return self.code in (None, 0)
+
+
+class Trace:
+    """The calls a test made, in order; cheap to append, rich to read."""
+
+    def __init__(self) -> None:
+        self._rows: list[tuple[Any, ...]] = []
+        self._lock = threading.Lock()
+        self.describe_ptr: Callable[[int], str] = lambda p: f"{p:#x}"
+
+    def append(self, face: str, api: str, args: tuple[Any, ...], code: int | None,
+               result: Any, injected: bool) -> None:
+        with self._lock:
+            self._rows.append((len(self._rows), face, api, args, code, result, injected,
+                               threading.get_ident()))
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __iter__(self) -> Iterator[TraceEntry]:
+        return (TraceEntry(*row) for row in list(self._rows))
+
+    def __getitem__(self, i: int) -> TraceEntry:
+        return TraceEntry(*self._rows[i])
+
+    def calls(self, api: str | None = None) -> list[TraceEntry]:
+        return [e for e in self if api is None or e.api == api]
+
+    def args(self, api: str) -> list[tuple[Any, ...]]:
+        """The argument tuples of every call to ``api``, e.g. for exact-sequence asserts."""
+        return [row[3] for row in self._rows if row[2] == api]
+
+    def codes(self, api: str) -> list[int | None]:
+        return [row[4] for row in self._rows if row[2] == api]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rows.clear()
+
+    def format(self, limit: int | None = None) -> str:
+        """Human-readable lines with pointers named by the buffer that owns them."""
+        lines = []
+        for e in list(self)[:limit]:
+            shown = ", ".join(self._show(a) for a in e.args)
+            res = "" if e.code is None else f" -> {e.code} {E.error_name(e.code)}"
+            inj = " [injected]" if e.injected else ""
+            lines.append(f"#{e.seq} {e.face}.{e.api}({shown}){res}{inj}")
+        return "\n".join(lines)
+
+    def _show(self, arg: Any) -> str:
+        if isinstance(arg, int) and not isinstance(arg, bool) and arg >= 1 << 16:
+            return self.describe_ptr(arg)
+        if isinstance(arg, list | tuple):
+            if len(arg) > 4:
+                return f"[{len(arg)} items]"
+            return "[" + ", ".join(self._show(a) for a in arg) + "]"
+        if arg is None or isinstance(arg, int | float | str | bytes):
+            return repr(arg)
+        return type(arg).__name__
+
+
+def _torch_code(result: Any) -> int | None:
+    value = getattr(result, "value", None)
+    return value if isinstance(value, int) and hasattr(result, "name") else None
+
+
+def _cuda_code(result: Any) -> int | None:
+    if isinstance(result, tuple) and result and hasattr(result[0], "name"):
+        return int(result[0])
+    return None
+
+
+class Intercepted(types.ModuleType):
+    """A module-like proxy: calls go through the fault plan and into the trace."""
+
+    def __init__(self, target: Any, *, face: Face, trace: Trace, plan: FaultPlan,
+                 family: str = "cudart",
+                 resolve: Callable[[int], tuple[str, int] | None] | None = None,
+                 outputs: dict[str, int] | None = None,
+                 on_injected: Callable[[int], None] | None = None) -> None:
+        super().__init__(getattr(target, "__name__", "intercepted"))
+        self.__dict__.update(
+            _kvreg_target=target, _kvreg_face=face, _kvreg_trace=trace, _kvreg_plan=plan,
+            _kvreg_family=family, _kvreg_resolve=resolve, _kvreg_outputs=outputs or {},
+            _kvreg_on_injected=on_injected)
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._kvreg_target, name)
+        if not name.startswith("cuda") or isinstance(value, type) or not callable(value):
+            return value
+        wrapped = self._wrap(name, value)
+        self.__dict__[name] = wrapped   # cached: later lookups skip __getattr__
+        return wrapped
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._kvreg_target, name, value)
+
+    def _error_result(self, api: str, code: int) -> Any:
+        target = self._kvreg_target
+        if self._kvreg_face == "torch":
+            return target.cudaError(code)
+        n_out = self._kvreg_outputs.get(api, 0)
+        if api == "cudaMemcpyBatchAsync" and getattr(target, "bindings_major", 13) == 12:
+            n_out = 1
+        return (target.cudaError_t(code), *([None] * n_out))
+
+    def _wrap(self, api: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        point = f"{self._kvreg_family}.{api}"
+        face = self._kvreg_face
+        trace = self._kvreg_trace
+        plan = self._kvreg_plan
+        resolve = self._kvreg_resolve
+        code_of = _torch_code if face == "torch" else _cuda_code
+        on_injected = self._kvreg_on_injected
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            rule = plan.check(call_info(point, args, kwargs, resolve)) if plan else None
+            if rule is None:
+                result = fn(*args, **kwargs)
+                trace.append(face, api, args, code_of(result), result, False)
+                return result
+            if rule.delay:
+                time.sleep(rule.delay)
+            if rule.raise_ is not None:
+                trace.append(face, api, args, None, rule.raise_, True)
+                raise rule.raise_
+            if rule.error is None:      # delay only
+                result = fn(*args, **kwargs)
+                trace.append(face, api, args, code_of(result), result, False)
+                return result
+            result = self._error_result(api, rule.error)
+            if on_injected is not None:
+                on_injected(rule.error)
+            trace.append(face, api, args, rule.error, result, True)
+            return result
+
+        call.__name__ = api
+        call.__doc__ = getattr(fn, "__doc__", None)
+        return call

@@ -1,0 +1,178 @@
+"""The driver's table of pinned host ranges, with byte-exact overlap rules.
+
+Registrations are kept exactly as the caller passed them (spec/cuda-runtime.md §11.1): a
+sorted list of bases for the overlap check and a dict for exact-base lookups. Copy
+validation classifies whole batches of host ranges at once with numpy (``classify``), so a
+batch of a million page descriptors is checked without a Python loop per descriptor.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+__all__ = ["MIXED", "PAGEABLE", "PINNED", "SPANS", "Pinned", "PinnedRegistry"]
+
+PAGE = 4096
+
+# classification of a host range against the pinned ranges (spec §5.1, §5.4)
+PAGEABLE = 0   # touches no pinned range: the staged (pageable) path
+PINNED = 1     # wholly inside one pinned range: the DMA path
+SPANS = 2      # wholly pinned, but by two or more adjacent, separate ranges [UNC]
+MIXED = 3      # partly pinned, partly not: cudaErrorInvalidValue [DOC]
+
+CLASS_NAMES = {PAGEABLE: "pageable", PINNED: "pinned", SPANS: "spans registrations",
+               MIXED: "partly registered"}
+
+
+@dataclass(frozen=True, slots=True)
+class Pinned:
+    """One pinned host range: a cudaHostRegister call or a cudaHostAlloc block."""
+
+    base: int
+    size: int
+    flags: int
+    kind: str        # "register" | "host_alloc"
+    device: int
+    seq: int         # order of creation, for reports
+    alias: int       # the device pointer (== base when alias == host VA)
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+
+class PinnedRegistry:
+    """Pinned host ranges, byte-disjoint by construction."""
+
+    def __init__(self) -> None:
+        self._bases: list[int] = []
+        self._by_base: dict[int, Pinned] = {}
+        self._version = 0
+        self._arrays_version = -1
+        self._arr_bases = np.empty(0, np.int64)
+        self._arr_ends = np.empty(0, np.int64)
+        self._arr_run_end = np.empty(0, np.int64)
+
+    def __len__(self) -> int:
+        return len(self._bases)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        by = self._by_base
+        return (by[b] for b in self._bases)
+
+    def add(self, entry: Pinned) -> None:
+        bases = self._bases
+        if not bases or entry.base > bases[-1]:
+            bases.append(entry.base)
+        else:
+            bisect.insort(bases, entry.base)
+        self._by_base[entry.base] = entry
+        self._version += 1
+
+    def remove(self, base: int) -> Pinned:
+        entry = self._by_base.pop(base)
+        bases = self._bases
+        if bases[-1] == base:
+            bases.pop()
+        else:
+            del bases[bisect.bisect_left(bases, base)]
+        self._version += 1
+        return entry
+
+    def get(self, base: int) -> Pinned | None:
+        return self._by_base.get(base)
+
+    def containing(self, ptr: int) -> Pinned | None:
+        """The range holding byte ``ptr``, if any."""
+        bases = self._bases
+        i = bisect.bisect_right(bases, ptr) - 1
+        if i < 0:
+            return None
+        entry = self._by_base[bases[i]]
+        return entry if ptr < entry.base + entry.size else None
+
+    def first_overlap(self, base: int, size: int,
+                      granularity: Literal["byte", "page"] = "byte") -> Pinned | None:
+        """A pinned range sharing a byte (or, in "page" mode, a 4 KiB page) with the query.
+
+        Ranges are disjoint and sorted, so the last one starting before the query's end
+        has the largest end among its predecessors: checking it alone is exact.
+        """
+        end = base + size
+        if granularity == "page":
+            lo, hi = base & ~(PAGE - 1), (end + PAGE - 1) & ~(PAGE - 1)
+        else:
+            lo, hi = base, end
+        bases = self._bases
+        i = bisect.bisect_left(bases, hi) - 1
+        if i < 0:
+            return None
+        entry = self._by_base[bases[i]]
+        entry_end = entry.base + entry.size
+        if granularity == "page":
+            entry_end = (entry_end + PAGE - 1) & ~(PAGE - 1)
+        return entry if entry_end > lo else None
+
+    # -- vectorised copy classification ---------------------------------------------------
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._arrays_version != self._version:
+            by = self._by_base
+            bases = np.fromiter(self._bases, np.int64, len(self._bases))
+            ends = np.fromiter((by[b].end for b in self._bases), np.int64, len(self._bases))
+            # run_end[i]: end of the chain of exactly adjacent ranges that starts at or before i
+            run_end = ends.copy()
+            if len(bases) > 1:
+                adjacent = bases[1:] == ends[:-1]
+                # walk chains backwards with a cumulative trick: the run id increments where
+                # adjacency breaks; the run's end is the end of its last member.
+                run_id = np.concatenate(([0], np.cumsum(~adjacent)))
+                last_of_run = np.r_[run_id[1:] != run_id[:-1], True]
+                run_end = ends[last_of_run][run_id]
+            self._arr_bases, self._arr_ends, self._arr_run_end = bases, ends, run_end
+            self._arrays_version = self._version
+        return self._arr_bases, self._arr_ends, self._arr_run_end
+
+    def classify(self, ptrs: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Classify host ranges ``[ptr, ptr+size)``: (classes, index of the range at ptr).
+
+        The index is -1 where ``ptr`` itself is not pinned.
+        """
+        ptrs = np.asarray(ptrs, dtype=np.int64)
+        ends_q = ptrs + np.asarray(sizes, dtype=np.int64)
+        bases, ends, run_end = self._arrays()
+        out = np.zeros(ptrs.shape, np.int8)
+        if not len(bases):
+            return out, np.full(ptrs.shape, -1, np.int64)
+        idx = np.searchsorted(bases, ptrs, side="right") - 1
+        safe = np.maximum(idx, 0)
+        starts_pinned = (idx >= 0) & (ptrs < ends[safe])
+        # a range that starts unpinned is mixed when some pinned range begins before its end
+        nxt = np.minimum(idx + 1, len(bases) - 1)
+        touches_next = (idx + 1 < len(bases)) & (bases[nxt] < ends_q)
+        out[~starts_pinned & touches_next] = MIXED
+        inside = starts_pinned & (ends_q <= ends[safe])
+        out[inside] = PINNED
+        spans = starts_pinned & ~inside & (ends_q <= run_end[safe])
+        out[spans] = SPANS
+        out[starts_pinned & ~inside & ~spans] = MIXED
+        return out, np.where(starts_pinned, idx, -1)
+
+    def touching(self, ptr: int, size: int) -> tuple[Pinned, ...]:
+        """Every pinned range that shares a byte with ``[ptr, ptr+size)``, in address order."""
+        bases, by = self._bases, self._by_base
+        i = max(bisect.bisect_right(bases, ptr) - 1, 0)
+        out = []
+        end = ptr + size
+        while i < len(bases) and bases[i] < end:
+            entry = by[bases[i]]
+            if entry.base + entry.size > ptr:
+                out.append(entry)
+            i += 1
+        return tuple(out)
+
+    def entry_at_index(self, i: int) -> Pinned:
+        return self._by_base[self._bases[i]]

@@ -1,0 +1,339 @@
+"""Common pieces of every pool geometry: buffers, regions, per-page extents and host sizing.
+
+A geometry is pure arithmetic: it allocates nothing. Scenario runners turn its BufferSpecs into
+real or virtual tensors, register them with the granularity upstream would pass, and check every
+PageExtents row against the registrations.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple, Self
+
+import numpy as np
+import numpy.typing as npt
+from kvreg.fakes.dtypes import DType
+
+from ._checks import GeometryError, NoPageMetaError, check_nonneg_int, check_positive_int
+
+Int64Array = npt.NDArray[np.int64]
+
+__all__ = [
+    "BufferSpec",
+    "GeometryError",
+    "Int64Array",
+    "NoPageMetaError",
+    "PageExtents",
+    "PoolGeometry",
+    "Region",
+    "Slot",
+    "base_size_from_host_gb",
+    "base_size_from_ratio",
+    "extents_from_slots",
+    "host_sizing",
+    "regions_in_order",
+]
+
+
+@dataclass(frozen=True)
+class Region:
+    """A named byte range of a buffer (e.g. "K half"), from the buffer base; used for drawing."""
+
+    name: str
+    offset: int
+    nbytes: int
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.nbytes
+
+
+def regions_in_order(*parts: tuple[str, int]) -> tuple[Region, ...]:
+    """Lay (name, nbytes) parts back to back from offset 0."""
+    regions: list[Region] = []
+    offset = 0
+    for name, nbytes in parts:
+        regions.append(Region(name, offset, nbytes))
+        offset += nbytes
+    return tuple(regions)
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    """One host allocation of a pool, as upstream allocates and registers it.
+
+    granularity: the registration_granularity_bytes upstream passes (None = one cudaHostRegister
+    call for the whole buffer). copy_unit: the smallest block size such that every transfer extent
+    of this buffer lies inside one block [k*copy_unit, (k+1)*copy_unit) from the base. regions tile
+    the buffer exactly. cuda_registered is False where upstream never calls cudaHostRegister on
+    this buffer (NPU-only layouts, zero-element buffers).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: DType
+    granularity: int | None
+    copy_unit: int
+    regions: tuple[Region, ...]
+    cuda_registered: bool = True
+
+    def __post_init__(self) -> None:
+        if any(dim < 0 for dim in self.shape):
+            raise GeometryError(f"buffer {self.name}: shape must be non-negative, got {self.shape}")
+        if self.granularity is not None and self.granularity <= 0:
+            raise GeometryError(f"buffer {self.name}: granularity must be positive or None")
+        if self.copy_unit <= 0:
+            raise GeometryError(f"buffer {self.name}: copy_unit must be positive")
+        offset = 0
+        for region in self.regions:
+            if region.offset != offset or region.nbytes <= 0:
+                raise GeometryError(f"buffer {self.name}: regions must tile the buffer in order")
+            offset = region.end
+        if offset != self.nbytes:
+            raise GeometryError(
+                f"buffer {self.name}: regions cover {offset} bytes, buffer has {self.nbytes}"
+            )
+
+    @property
+    def nbytes(self) -> int:
+        """Exact byte count (numel * itemsize): what cudaHostRegister is given (pools.md §0)."""
+        return math.prod(self.shape) * int(self.dtype.itemsize)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-safe summary."""
+        return {
+            "name": self.name,
+            "shape": list(self.shape),
+            "dtype": self.dtype.name,
+            "nbytes": self.nbytes,
+            "granularity": self.granularity,
+            "copy_unit": self.copy_unit,
+            "cuda_registered": self.cuda_registered,
+            "regions": [
+                {"name": r.name, "offset": r.offset, "nbytes": r.nbytes} for r in self.regions
+            ],
+        }
+
+
+def _frozen_int64(values: Any) -> Int64Array:
+    array: Int64Array = np.ascontiguousarray(values, dtype=np.int64).reshape(-1)
+    array.setflags(write=False)
+    return array
+
+
+@dataclass(frozen=True, eq=False)
+class PageExtents:
+    """One row per (pointer, size) pair get_page_buffer_meta returns, in upstream order.
+
+    buffer indexes the pool's buffers(); offset is from that buffer's base; page is the logical
+    page (slot for Mamba, block for FastDeploy) the row belongs to. Arrays are int64, read-only.
+    """
+
+    buffer: Int64Array
+    offset: Int64Array
+    size: Int64Array
+    page: Int64Array
+
+    def __post_init__(self) -> None:
+        for name in ("buffer", "offset", "size", "page"):
+            object.__setattr__(self, name, _frozen_int64(getattr(self, name)))
+        if not len(self.buffer) == len(self.offset) == len(self.size) == len(self.page):
+            raise GeometryError("PageExtents arrays must have equal lengths")
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+    @property
+    def end(self) -> Int64Array:
+        """Exclusive end offset of each row."""
+        return self.offset + self.size
+
+    def shifted(self, buffer_offset: int) -> PageExtents:
+        """The same rows with buffer indices moved by buffer_offset (for groups)."""
+        return PageExtents(self.buffer + buffer_offset, self.offset, self.size, self.page)
+
+    @staticmethod
+    def concat(parts: Sequence[PageExtents]) -> PageExtents:
+        """Rows of all parts, in order."""
+        if not parts:
+            empty = np.zeros(0, dtype=np.int64)
+            return PageExtents(empty, empty, empty, empty)
+        return PageExtents(
+            np.concatenate([p.buffer for p in parts]),
+            np.concatenate([p.offset for p in parts]),
+            np.concatenate([p.size for p in parts]),
+            np.concatenate([p.page for p in parts]),
+        )
+
+
+class Slot(NamedTuple):
+    """One pointer of every page: offset = base + page * page_stride in buffer `buffer`."""
+
+    buffer: int
+    base: int
+    page_stride: int
+    size: int
+
+
+def extents_from_slots(
+    pages: Int64Array, slots: Sequence[Slot], *, slot_major: bool = False
+) -> PageExtents:
+    """Vectorised page meta: one row per (page, slot).
+
+    Page-major order (all slots of page 0, then page 1, ...) is what SGLang's get_page_buffer_meta
+    returns; slot_major gives FastDeploy's order (all K blocks, then all V blocks).
+    """
+    n_slots = len(slots)
+    table = np.array([tuple(s) for s in slots], dtype=np.int64).reshape(n_slots, 4)
+    grid = pages[:, None]
+    offset = table[None, :, 1] + grid * table[None, :, 2]
+    shape = offset.shape
+    buffer = np.broadcast_to(table[None, :, 0], shape)
+    size = np.broadcast_to(table[None, :, 3], shape)
+    page = np.broadcast_to(grid, shape)
+    if slot_major:
+        return PageExtents(buffer.T, offset.T, size.T, page.T)
+    return PageExtents(buffer, offset, size, page)
+
+
+def host_sizing(size: int, page_size: int, dcp_size: int = 1) -> tuple[int, int, int]:
+    """Return (P, N, S) for a base size S0 (pools.md §0).
+
+    P = page_size // dcp_size (must divide evenly), N = S0 // P + 1 (always one page more than
+    floor, even when S0 is a multiple of P), S = N * P.
+    """
+    s0 = check_nonneg_int("size", size)
+    widened = check_positive_int("page_size", page_size)
+    dcp = check_positive_int("dcp_size", dcp_size)
+    if widened % dcp:
+        raise GeometryError(
+            f"page_size must be divisible by dcp_size, got page_size={widened} dcp_size={dcp}"
+        )
+    p = widened // dcp
+    n = s0 // p + 1
+    return p, n, n * p
+
+
+def base_size_from_host_gb(host_size_gb: float, size_per_token: int) -> int:
+    """S0 from --hicache-size in GB (pools.md §0): int(host_size * 1e9 // size_per_token)."""
+    if not host_size_gb > 0:
+        raise GeometryError(f"host_size_gb must be positive, got {host_size_gb!r}")
+    spt = check_positive_int("size_per_token", size_per_token)
+    return int(host_size_gb * 1e9 // spt)
+
+
+def base_size_from_ratio(device_size: int, host_to_device_ratio: float) -> int:
+    """S0 without --hicache-size (pools.md §0): int(device_pool.size * host_to_device_ratio)."""
+    device = check_nonneg_int("device_size", device_size)
+    if not host_to_device_ratio > 0:
+        raise GeometryError(
+            f"host_to_device_ratio must be positive, got {host_to_device_ratio!r}"
+        )
+    return int(device * host_to_device_ratio)
+
+
+class PoolGeometry(ABC):
+    """Abstract geometry of one host pool: its buffers and the extents of every page."""
+
+    pool_type: ClassVar[str] = ""
+    layout: str
+    page_size: int
+
+    @property
+    @abstractmethod
+    def page_count(self) -> int:
+        """N: logical pages the pool hands out (slots for Mamba, blocks for FastDeploy)."""
+
+    @abstractmethod
+    def buffers(self) -> tuple[BufferSpec, ...]:
+        """The allocations, in get_hybrid_pool_buffer order."""
+
+    @abstractmethod
+    def params(self) -> dict[str, Any]:
+        """Constructor arguments, JSON-safe; make_geometry(pool_type, **params) rebuilds self."""
+
+    @property
+    def has_page_meta(self) -> bool:
+        """False where upstream get_page_buffer_meta raises or returns None (pools.md §4)."""
+        return True
+
+    def derived(self) -> dict[str, Any]:
+        """Pool-specific derived numbers for describe() (size_per_token, page bytes, ...)."""
+        return {}
+
+    def _page_slots(self) -> tuple[Slot, ...]:
+        """The pointers of one page; geometries with page meta override this or page_extents."""
+        raise NoPageMetaError(self._no_meta_message())
+
+    _slot_major: ClassVar[bool] = False
+
+    def _no_meta_message(self) -> str:
+        return (
+            f"pool type {self.pool_type} with layout {self.layout} has no page buffer meta "
+            "(upstream get_page_buffer_meta raises; pools.md §4)"
+        )
+
+    def check_pages(self, pages: npt.ArrayLike | None) -> Int64Array:
+        """Return pages as a 1-D int64 array, all of range(page_count) when None."""
+        if pages is None:
+            return np.arange(self.page_count, dtype=np.int64)
+        array = np.asarray(pages)
+        if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+            raise GeometryError(f"pages must be a 1-D integer array, got dtype {array.dtype}")
+        array = array.astype(np.int64, copy=False)
+        if array.size and (array.min() < 0 or array.max() >= self.page_count):
+            raise GeometryError(
+                f"pages must lie in [0, {self.page_count}), got min {array.min()} "
+                f"max {array.max()}"
+            )
+        return array
+
+    def page_extents(self, pages: npt.ArrayLike | None = None) -> PageExtents:
+        """Extents of the given logical pages (all pages when None), in upstream order."""
+        if not self.has_page_meta:
+            raise NoPageMetaError(self._no_meta_message())
+        return extents_from_slots(
+            self.check_pages(pages), self._page_slots(), slot_major=self._slot_major
+        )
+
+    @property
+    def total_nbytes(self) -> int:
+        return sum(buf.nbytes for buf in self.buffers())
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-safe summary: identity, params, buffers with granularity and copy unit."""
+        return {
+            "pool_type": self.pool_type,
+            "layout": self.layout,
+            "page_size": self.page_size,
+            "page_count": self.page_count,
+            "has_page_meta": self.has_page_meta,
+            "total_nbytes": self.total_nbytes,
+            "params": self.params(),
+            "derived": self.derived(),
+            "buffers": [buf.as_dict() for buf in self.buffers()],
+        }
+
+    @classmethod
+    def from_size(cls, size: int, page_size: int, dcp_size: int = 1, **params: Any) -> Self:
+        """Build from the base size S0 via host_sizing (pools.md §0)."""
+        p, n, _ = host_sizing(size, page_size, dcp_size)
+        build: Callable[..., Self] = cls
+        return build(page_size=p, page_num=n, **params)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, PoolGeometry)
+        return self.params() == other.params()
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, json.dumps(self.params(), sort_keys=True)))
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"{type(self).__name__}({args})"
