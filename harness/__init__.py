@@ -1,1 +1,4 @@
-"""kvreg.harness"""
+"""kvreg.harness: reference registration, pool geometry, runner, CLI and the pytest plugin.
+
+Kept import-light: submodules are imported on demand.
+"""

@@ -230,9 +230,7 @@ def base_size_from_ratio(device_size: int, host_to_device_ratio: float) -> int:
     """S0 without --hicache-size (pools.md §0): int(device_pool.size * host_to_device_ratio)."""
     device = check_nonneg_int("device_size", device_size)
     if not host_to_device_ratio > 0:
-        raise GeometryError(
-            f"host_to_device_ratio must be positive, got {host_to_device_ratio!r}"
-        )
+        raise GeometryError(f"host_to_device_ratio must be positive, got {host_to_device_ratio!r}")
     return int(device * host_to_device_ratio)
 
 
@@ -287,8 +285,7 @@ class PoolGeometry(ABC):
         array = array.astype(np.int64, copy=False)
         if array.size and (array.min() < 0 or array.max() >= self.page_count):
             raise GeometryError(
-                f"pages must lie in [0, {self.page_count}), got min {array.min()} "
-                f"max {array.max()}"
+                f"pages must lie in [0, {self.page_count}), got min {array.min()} max {array.max()}"
             )
         return array
 

@@ -49,17 +49,26 @@ class _V4RowPool(PoolGeometry):
             # that allocation only, so no extent can leave it: the copy unit is the allocation.
             self._buffers = tuple(
                 BufferSpec(
-                    f"layer_{i}", (N, row), self.dtype, None, N * row,
+                    f"layer_{i}",
+                    (N, row),
+                    self.dtype,
+                    None,
+                    N * row,
                     regions_in_order(("rows", N * row)),
                 )
                 for i in range(L)
-            )  # fmt: skip
+            )
         else:
             shape = (N, L, row) if self.layout == PAGE_FIRST else (N, L, 1, row)
             page = L * row
             self._buffers = (
                 BufferSpec(
-                    "kv_buffer", shape, self.dtype, page, page, regions_in_order(("pages", N * page))
+                    "kv_buffer",
+                    shape,
+                    self.dtype,
+                    page,
+                    page,
+                    regions_in_order(("pages", N * page)),
                 ),
             )
 
@@ -151,7 +160,8 @@ class DeepSeekV4StateGeometry(_V4RowPool):
         ]
         if len(set(per_pool)) != 1:
             raise GeometryError(
-                f"kv_score_shapes: state_page_bytes must be equal across state pools, got {per_pool}"
+                "kv_score_shapes: state_page_bytes must be equal across state pools, "
+                f"got {per_pool}"
             )
         self.state_page_bytes = per_pool[0]
         self.layer_num = len(self.kv_score_shapes)

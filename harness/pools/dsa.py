@@ -58,18 +58,26 @@ class DSAIndexerGeometry(PoolGeometry):
             # consecutive rows, so the copy unit is the layer slab rows*t*P (pools.md §2.5, §5.2).
             slab = rows * stride
             buf = BufferSpec(
-                "index_k_with_scale_buffer", (L, rows, stride), self.dtype, None, slab,
+                "index_k_with_scale_buffer",
+                (L, rows, stride),
+                self.dtype,
+                None,
+                slab,
                 regions_in_order(*[(f"layer {i}", slab) for i in range(L)]),
-            )  # fmt: skip
+            )
         else:
             page = self.indexer_layout_dim
             buf = BufferSpec(
-                "index_k_with_scale_buffer", (rows, L, 1, stride), self.dtype, page, page,
+                "index_k_with_scale_buffer",
+                (rows, L, 1, stride),
+                self.dtype,
+                page,
+                page,
                 regions_in_order(
                     ("pages", self.page_num * page),
                     ("spare pages", (rows - self.page_num) * page),
                 ),
-            )  # fmt: skip
+            )
         self._buffers = (buf,)
 
     @property

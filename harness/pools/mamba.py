@@ -42,9 +42,11 @@ class MambaGeometry(PoolGeometry):
         page_num: int,
     ) -> None:
         self.layout = check_layout(
-            self.pool_type, layout, (PAGE_FIRST, PAGE_FIRST_DIRECT),
+            self.pool_type,
+            layout,
+            (PAGE_FIRST, PAGE_FIRST_DIRECT),
             "pools.md §2.6: the described version asserts page_first or page_first_direct",
-        )  # fmt: skip
+        )
         self.page_size = 1
         self.num_mamba_layers = check_positive_int("num_mamba_layers", num_mamba_layers)
         self.temporal_shape = check_shape("temporal_shape", temporal_shape, allow_zero=True)
@@ -74,9 +76,13 @@ class MambaGeometry(PoolGeometry):
             # Never registered, never transferred: copy_unit 1 is vacuous but keeps it positive.
             return BufferSpec(name, dims, dtype, None, 1, (), cuda_registered=False)
         return BufferSpec(
-            name, dims, dtype, slot_bytes, slot_bytes,
+            name,
+            dims,
+            dtype,
+            slot_bytes,
+            slot_bytes,
             regions_in_order(("slots", self.page_num * slot_bytes)),
-        )  # fmt: skip
+        )
 
     @classmethod
     def from_size(cls, size: int, page_size: int = 1, dcp_size: int = 1, **params: Any) -> Self:

@@ -111,9 +111,16 @@ class MHAGeometry(_MHABase):
         page_num: int,
     ) -> None:
         super().__init__(
-            layout, layer_num, head_num, head_dim, dtype, page_size, page_num,
-            (LAYER_FIRST, PAGE_FIRST, PAGE_FIRST_DIRECT, PAGE_HEAD), "pools.md §2.1",
-        )  # fmt: skip
+            layout,
+            layer_num,
+            head_num,
+            head_dim,
+            dtype,
+            page_size,
+            page_num,
+            (LAYER_FIRST, PAGE_FIRST, PAGE_FIRST_DIRECT, PAGE_HEAD),
+            "pools.md §2.1",
+        )
         self.token_stride_size = self.head_num * self.head_dim * self._b
         self.layout_dim = self._layout_dim(self.head_dim)
         self.page_bytes = self.page_size * self.layout_dim  # one page of one half
@@ -212,23 +219,38 @@ class KOnlyMHAGeometry(_MHABase):
         page_num: int,
     ) -> None:
         super().__init__(
-            layout, layer_num, head_num, head_dim, dtype, page_size, page_num,
-            (LAYER_FIRST, PAGE_FIRST, PAGE_FIRST_DIRECT), "pools.md §2.2",
-        )  # fmt: skip
+            layout,
+            layer_num,
+            head_num,
+            head_dim,
+            dtype,
+            page_size,
+            page_num,
+            (LAYER_FIRST, PAGE_FIRST, PAGE_FIRST_DIRECT),
+            "pools.md §2.2",
+        )
         self.layout_dim = self._layout_dim(self.head_dim)
         self.page_bytes = self.page_size * self.layout_dim
         slab = self._layer_slab(self.head_dim)
         if self.layout == LAYER_FIRST:
             # Same copy paths as MHA layer_first: runs stay inside one layer slab (§5.2).
             buf = BufferSpec(
-                "k_buffer", self._shape(self.head_dim), self.dtype, None, slab,
+                "k_buffer",
+                self._shape(self.head_dim),
+                self.dtype,
+                None,
+                slab,
                 regions_in_order(*[(f"layer {i}", slab) for i in range(self.layer_num)]),
-            )  # fmt: skip
+            )
         else:
             buf = BufferSpec(
-                "k_buffer", self._shape(self.head_dim), self.dtype, self.page_bytes,
-                self.page_bytes, regions_in_order(("K", self.layer_num * slab)),
-            )  # fmt: skip
+                "k_buffer",
+                self._shape(self.head_dim),
+                self.dtype,
+                self.page_bytes,
+                self.page_bytes,
+                regions_in_order(("K", self.layer_num * slab)),
+            )
         self._buffers = (buf,)
 
     def buffers(self) -> tuple[BufferSpec, ...]:
@@ -275,23 +297,33 @@ class AsymmetricMHAGeometry(_MHABase):
         page_num: int,
     ) -> None:
         super().__init__(
-            layout, layer_num, head_num, head_dim, dtype, page_size, page_num,
+            layout,
+            layer_num,
+            head_num,
+            head_dim,
+            dtype,
+            page_size,
+            page_num,
             (PAGE_FIRST, PAGE_FIRST_DIRECT),
             "pools.md §2.3: upstream raises ValueError for layer_first and page_head",
-        )  # fmt: skip
+        )
         self.v_head_dim = check_positive_int("v_head_dim", v_head_dim)
         self.k_layout = self._layout_dim(self.head_dim)  # H*D*b*L
         self.v_layout = self._layout_dim(self.v_head_dim)  # H*Dv*b*L
         self._buffers = tuple(
             BufferSpec(
-                name, self._shape(dim), self.dtype, self.page_size * lay, self.page_size * lay,
+                name,
+                self._shape(dim),
+                self.dtype,
+                self.page_size * lay,
+                self.page_size * lay,
                 regions_in_order((half, self.size * lay)),
             )
             for name, half, dim, lay in (
                 ("k_buffer", "K", self.head_dim, self.k_layout),
                 ("v_buffer", "V", self.v_head_dim, self.v_layout),
             )
-        )  # fmt: skip
+        )
 
     def buffers(self) -> tuple[BufferSpec, ...]:
         return self._buffers

@@ -49,9 +49,11 @@ class MLAGeometry(PoolGeometry):
         override_kv_cache_dim: int | None = None,
     ) -> None:
         self.layout = check_layout(
-            self.pool_type, layout, (LAYER_FIRST, PAGE_FIRST, PAGE_FIRST_DIRECT),
+            self.pool_type,
+            layout,
+            (LAYER_FIRST, PAGE_FIRST, PAGE_FIRST_DIRECT),
             "pools.md §2.4; page_first_kv_split is pool type mla_kv_split",
-        )  # fmt: skip
+        )
         self.layer_num = check_positive_int("layer_num", layer_num)
         self.kv_lora_rank = check_positive_int("kv_lora_rank", kv_lora_rank)
         self.qk_rope_head_dim = check_nonneg_int("qk_rope_head_dim", qk_rope_head_dim)
@@ -76,15 +78,23 @@ class MLAGeometry(PoolGeometry):
             # Direct io copies runs of consecutive tokens inside one layer slab (pools.md §5.2),
             # and a run may cross pages: the copy unit is the layer slab S*C*b.
             buf = BufferSpec(
-                "kv_buffer", (L, S, 1, C), self.dtype, None, self.layer_slab,
+                "kv_buffer",
+                (L, S, 1, C),
+                self.dtype,
+                None,
+                self.layer_slab,
                 regions_in_order(*[(f"layer {i}", self.layer_slab) for i in range(L)]),
-            )  # fmt: skip
+            )
         else:
             shape = (S, L, 1, C) if self.layout == PAGE_FIRST else (N, L, P, 1, C)
             buf = BufferSpec(
-                "kv_buffer", shape, self.dtype, self.page_bytes, self.page_bytes,
+                "kv_buffer",
+                shape,
+                self.dtype,
+                self.page_bytes,
+                self.page_bytes,
                 regions_in_order(("pages", N * self.page_bytes)),
-            )  # fmt: skip
+            )
         self._buffers = (buf,)
 
     @property
@@ -200,10 +210,15 @@ class MLAKVSplitGeometry(PoolGeometry):
             page = (shape[1] * shape[2] * shape[4]) * int(dtype.itemsize)
             buffers.append(
                 BufferSpec(
-                    name, shape, dtype, None, page, regions_in_order(("pages", N * page)),
+                    name,
+                    shape,
+                    dtype,
+                    None,
+                    page,
+                    regions_in_order(("pages", N * page)),
                     cuda_registered=False,
                 )
-            )  # fmt: skip
+            )
         return tuple(buffers)
 
     @property

@@ -1,0 +1,35 @@
+"""The ``kvreg`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kvreg",
+        description="Test the memory registration of LLM KV-cache pools on a fake CUDA runtime.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("demo", help="replay SGLang PR #36798: byte-offset chunk seams break "
+                                "page copies, page-aligned ones do not")
+    cov = sub.add_parser("coverage", help="write COVERAGE.md: which CUDA APIs the fake models")
+    cov.add_argument("--output", default="COVERAGE.md")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "demo":
+        from .demo import main as demo_main
+
+        return demo_main()
+    if args.command == "coverage":
+        from kvreg.fakes.coverage import main as cov_main
+
+        return cov_main(["--output", args.output])
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""kvreg's pytest plugin (entry point ``kvreg``): fixtures, markers and the leak check.
+
+Loading this module imports nothing heavy (no torch, cuda-bindings or pyverbs): the fakes
+are imported when a fixture is first used, as Hypothesis keeps its plugin separate
+(spec/anchors.md §5, §9.7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from kvreg.fakes.fake_cuda import FakeCuda
+
+MARKERS = {
+    "kvreg_allow_leaks": "kvreg_allow_leaks: the test may end with host registrations still "
+                         "live (the fake_cudart leak check is skipped)",
+    "kvreg_profile": "kvreg_profile(name): the device profile fake_cudart emulates "
+                     "(e.g. 'h100-r575', 'wsl2')",
+    "kvreg_gpu": "kvreg_gpu: needs a real CUDA GPU (skipped without one unless "
+                 "--kvreg-require-hw)",
+    "kvreg_rdma": "kvreg_rdma: needs a real RDMA device (skipped without one unless "
+                  "--kvreg-require-hw)",
+}
+
+_FAKES_ATTR = "_kvreg_fakes"
+
+
+def _version() -> str:
+    try:
+        return metadata.version("kvreg")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kvreg", "kvreg: KV-cache registration harness")
+    group.addoption("--kvreg-profile", default=None,
+                    help="device profile for the fakes (default: ini kvreg_profile or "
+                         "h200-r580)")
+    group.addoption("--kvreg-require-hw", action="store_true", default=False,
+                    help="fail, instead of skip, tests whose hardware is missing")
+    parser.addini("kvreg_profile", "device profile for the fakes", default="h200-r580")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in MARKERS.values():
+        config.addinivalue_line("markers", line)
+
+
+def _profile_name(config: pytest.Config) -> str:
+    return str(config.getoption("--kvreg-profile") or config.getini("kvreg_profile"))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return (f"kvreg {_version()}: backend fake, device profile {_profile_name(config)}, "
+            f"require hw {config.getoption('--kvreg-require-hw')}")
+
+
+@pytest.fixture
+def fake_cudart(request: pytest.FixtureRequest) -> Iterator[FakeCuda]:
+    """A fresh fake CUDA process; ``torch.cuda.cudart()`` and ``cuda.bindings.runtime`` reach it.
+
+    Offers ``inject(api, *, nth, error)``, ``live_registrations()``, ``trace``,
+    ``virtual(shape, dtype)``. The test fails if registrations are still live at its end,
+    unless it is marked ``kvreg_allow_leaks``.
+    """
+    from kvreg.fakes.fake_cuda import FakeCuda
+
+    marker = request.node.get_closest_marker("kvreg_profile")
+    profile = marker.args[0] if marker and marker.args else _profile_name(request.config)
+    fake = FakeCuda(profile)
+    fakes: list[Any] = request.node.__dict__.setdefault(_FAKES_ATTR, [])
+    fakes.append(fake)
+    with fake.patch():
+        yield fake
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """After a passing test body, leaked registrations fail the test (not its teardown)."""
+    result = yield
+    fakes = item.__dict__.get(_FAKES_ATTR, ())
+    if fakes and item.get_closest_marker("kvreg_allow_leaks") is None:
+        reports = [f.leak_report() for f in fakes]
+        leaks = [r for r in reports if r]
+        if leaks:
+            pytest.fail("kvreg leak check: " + "\n".join(leaks) +
+                        "\n(unregister every chunk, or mark the test kvreg_allow_leaks)",
+                        pytrace=False)
+    return result
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Hardware-marked tests skip with a reason, or fail under --kvreg-require-hw."""
+    for name, probe in (("kvreg_gpu", _gpu_missing), ("kvreg_rdma", _rdma_missing)):
+        if item.get_closest_marker(name) is None:
+            continue
+        missing = probe()
+        if missing:
+            if item.config.getoption("--kvreg-require-hw"):
+                pytest.fail(f"{name}: {missing} (--kvreg-require-hw is set)", pytrace=False)
+            pytest.skip(f"{name}: {missing}")
+
+
+def _gpu_missing() -> str | None:
+    try:
+        from cuda.bindings import runtime
+    except ImportError:
+        return "cuda-bindings is not installed (pip install 'kvreg[cuda]')"
+    err, count = runtime.cudaGetDeviceCount()
+    if int(err) == 35:
+        return "no NVIDIA driver (cudaGetDeviceCount returned 35 cudaErrorInsufficientDriver)"
+    if int(err) == 100:
+        return "no CUDA GPU visible (cudaGetDeviceCount returned 100 cudaErrorNoDevice)"
+    if int(err) != 0 or not count:
+        return f"no usable CUDA device (cudaGetDeviceCount returned {int(err)})"
+    return None
+
+
+def _rdma_missing() -> str | None:
+    try:
+        import pyverbs.device as d
+    except ImportError:
+        return "pyverbs is not importable (install Debian's python3-pyverbs)"
+    try:
+        devices = d.get_device_list()
+    except Exception as exc:  # PyverbsRDMAError without an RDMA stack
+        return f"no RDMA device ({type(exc).__name__}: {exc})"
+    return None if devices else "no RDMA device (get_device_list() is empty)"
