@@ -94,12 +94,45 @@ def _unsigned(value: Any, limit: int, ctype: str) -> int:
 
 
 def _stream(value: Any) -> int:
-    """Streams: None is the legacy NULL stream (spec §5.3); handles convert with int()."""
+    """Streams: None is the legacy NULL stream (spec §5.3); handles convert with int().
+
+    As the binding does (spec §9 conversion rules): strings and buffers give TypeError,
+    negative values and values of 2**64 or more give OverflowError.
+    """
     if value is None:
         return 0
-    if not isinstance(value, int) and hasattr(value, "__int__"):
-        return int(value)
-    return _ptr(value)
+    if isinstance(value, str | bytes | bytearray | memoryview) or not hasattr(value, "__int__"):
+        raise TypeError("an integer is required")
+    value = int(value)
+    if value < 0:
+        raise OverflowError("can't convert negative value to unsigned PY_LONG_LONG")
+    if value >= _U64:
+        raise OverflowError("Python int too large to convert to C unsigned long")
+    return value
+
+
+def _size_list(label: str, values: Sequence[Any] | np.ndarray, n: int) -> np.ndarray:
+    """A ``list[size_t]`` argument of cudaMemcpyBatchAsync (spec §5.3: wrong element types
+    raise TypeError; spec §9: negative sizes raise OverflowError). numpy arrays are accepted
+    as a fast path for large batches."""
+    if isinstance(values, np.ndarray):
+        arr = values[:n]
+        if arr.dtype.kind not in "iu":
+            raise TypeError(f"Argument '{label}' is not instance of type "
+                            "(expected tuple[int] or list[int]")
+        if arr.dtype.kind == "i" and arr.size and int(arr.min()) < 0:
+            raise OverflowError("can't convert negative value to size_t")
+        return arr.astype(np.int64, copy=False)
+    head = list(values[:n])
+    for v in head:
+        if not isinstance(v, int | np.integer):
+            raise TypeError(f"Argument '{label}' is not instance of type "
+                            "(expected tuple[int] or list[int]")
+        if v < 0:
+            raise OverflowError("can't convert negative value to size_t")
+        if v >= _U64:
+            raise OverflowError("Python int too large to convert to C unsigned long")
+    return np.asarray(head, dtype=np.int64)
 
 
 def _make_fallback_types() -> dict[str, Any]:
@@ -337,11 +370,17 @@ class CudaBindingsFace(types.ModuleType):
                 raise RuntimeError(f"List is too small: {len(seq)} < {need}")
         d = self._ptr_array(dsts, n)
         s = self._ptr_array(srcs, n)
-        z = np.asarray(sizes[:n] if not isinstance(sizes, np.ndarray) else sizes[:n],
-                       dtype=np.int64)
-        orders = [int(a.srcAccessOrder) for a in list(attrs)[:na]]
+        z = _size_list("sizes", sizes, n)
+        attr_type = self.cudaMemcpyAttributes
+        head = list(attrs)[:na]
+        if not all(isinstance(a, attr_type) for a in head):   # spec §5.3: wrong types
+            raise TypeError("Argument 'attrs' is not instance of type (expected "
+                            "tuple[cyruntime.cudaMemcpyAttributes,] or "
+                            "list[cyruntime.cudaMemcpyAttributes,]")
+        orders = [int(a.srcAccessOrder) for a in head]
+        idxs = [int(i) for i in _size_list("attrsIdxs", list(attrsIdxs), na)]
         code, fail_idx = self._kvreg_runtime.memcpy_batch_async(
-            d, s, z, n, orders, [int(i) for i in list(attrsIdxs)[:na]], na, _stream(stream))
+            d, s, z, n, orders, idxs, na, _stream(stream))
         err = self._e(code)
         if self.bindings_major == 12:
             return err, (None if code else fail_idx)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import errors as E
+from .address_space import VIRTUAL_LIMIT
 from .copies import CopyFault, HostSide, classify_copy_sides
 from .cuda_driver import FakeDriver
 from .registry import Pinned
@@ -149,7 +150,9 @@ class FakeRuntime:
             return self._fail(E.NOT_SUPPORTED)
         if flags & REGISTER_IO_MEMORY and not p.io_memory_permitted:   # spec §2.1 -> 800
             return self._fail(E.NOT_PERMITTED)
-        if ptr + size > U64:
+        if ptr + size > VIRTUAL_LIMIT:
+            # spec §2.2 rows "range not fully mapped" / "address inside CUDA's reserved VA"
+            # -> 1 [OBS-ext]: host memory of this simulated process ends at VIRTUAL_LIMIT
             return self._fail(E.INVALID_VALUE)
         driver = self.driver
         if driver.device_owner(ptr) is not None:        # spec §2.2 device memory -> 1

@@ -9,6 +9,7 @@ real hardware (design: "One scenario, end to end").
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import types
@@ -47,14 +48,14 @@ class Trace:
 
     def __init__(self) -> None:
         self._rows: list[tuple[Any, ...]] = []
-        self._lock = threading.Lock()
+        self._seq = itertools.count()
         self.describe_ptr: Callable[[int], str] = lambda p: f"{p:#x}"
 
     def append(self, face: str, api: str, args: tuple[Any, ...], code: int | None,
                result: Any, injected: bool) -> None:
-        with self._lock:
-            self._rows.append((len(self._rows), face, api, args, code, result, injected,
-                               threading.get_ident()))
+        # list.append and next(count) are atomic under the GIL: no lock on the hot path
+        self._rows.append((next(self._seq), face, api, args, code, result, injected,
+                           threading.get_ident()))
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -76,8 +77,8 @@ class Trace:
         return [row[4] for row in self._rows if row[2] == api]
 
     def clear(self) -> None:
-        with self._lock:
-            self._rows.clear()
+        """Forget recorded calls (sequence numbers keep counting, so entries stay unique)."""
+        self._rows.clear()
 
     def format(self, limit: int | None = None) -> str:
         """Human-readable lines with pointers named by the buffer that owns them."""
@@ -102,6 +103,9 @@ class Trace:
 
 
 def _torch_code(result: Any) -> int | None:
+    fast = getattr(result, "_value", None)   # the fake's enum
+    if type(fast) is int:
+        return fast
     value = getattr(result, "value", None)
     return value if isinstance(value, int) and hasattr(result, "name") else None
 
@@ -155,11 +159,17 @@ class Intercepted(types.ModuleType):
         code_of = _torch_code if face == "torch" else _cuda_code
         on_injected = self._kvreg_on_injected
 
+        rules = plan._rules     # read directly: the empty-plan check is on every call
+        rows = trace._rows
+        seq = trace._seq
+        get_ident = threading.get_ident
+
         def call(*args: Any, **kwargs: Any) -> Any:
-            rule = plan.check(call_info(point, args, kwargs, resolve)) if plan else None
+            rule = plan.check(call_info(point, args, kwargs, resolve)) if rules else None
             if rule is None:
                 result = fn(*args, **kwargs)
-                trace.append(face, api, args, code_of(result), result, False)
+                rows.append((next(seq), face, api, args, code_of(result), result, False,
+                             get_ident()))
                 return result
             if rule.delay:
                 time.sleep(rule.delay)

@@ -1,18 +1,20 @@
 """The driver's table of pinned host ranges, with byte-exact overlap rules.
 
 Registrations are kept exactly as the caller passed them (spec/cuda-runtime.md §11.1): a
-sorted list of bases for the overlap check and a dict for exact-base lookups. Copy
+``SortedBases`` set for the overlap check (cheap inserts, deletes and predecessor queries
+anywhere, so a teardown of 100 000 chunks in any order stays cheap) and a dict for
+exact-base lookups. Copy
 validation classifies whole batches of host ranges at once with numpy (``classify``), so a
 batch of a million page descriptors is checked without a Python loop per descriptor.
 """
 
 from __future__ import annotations
 
-import bisect
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
+
+from .sorted_bases import SortedBases
 
 __all__ = ["MIXED", "PAGEABLE", "PINNED", "SPANS", "Pinned", "PinnedRegistry"]
 
@@ -28,9 +30,11 @@ CLASS_NAMES = {PAGEABLE: "pageable", PINNED: "pinned", SPANS: "spans registratio
                MIXED: "partly registered"}
 
 
-@dataclass(frozen=True, slots=True)
-class Pinned:
-    """One pinned host range: a cudaHostRegister call or a cudaHostAlloc block."""
+class Pinned(NamedTuple):
+    """One pinned host range: a cudaHostRegister call or a cudaHostAlloc block.
+
+    A NamedTuple because one is built per cudaHostRegister call (the hot path).
+    """
 
     base: int
     size: int
@@ -49,7 +53,7 @@ class PinnedRegistry:
     """Pinned host ranges, byte-disjoint by construction."""
 
     def __init__(self) -> None:
-        self._bases: list[int] = []
+        self._bases = SortedBases()
         self._by_base: dict[int, Pinned] = {}
         self._version = 0
         self._arrays_version = -1
@@ -65,21 +69,13 @@ class PinnedRegistry:
         return (by[b] for b in self._bases)
 
     def add(self, entry: Pinned) -> None:
-        bases = self._bases
-        if not bases or entry.base > bases[-1]:
-            bases.append(entry.base)
-        else:
-            bisect.insort(bases, entry.base)
+        self._bases.add(entry.base)
         self._by_base[entry.base] = entry
         self._version += 1
 
     def remove(self, base: int) -> Pinned:
         entry = self._by_base.pop(base)
-        bases = self._bases
-        if bases[-1] == base:
-            bases.pop()
-        else:
-            del bases[bisect.bisect_left(bases, base)]
+        self._bases.remove(base)
         self._version += 1
         return entry
 
@@ -88,11 +84,10 @@ class PinnedRegistry:
 
     def containing(self, ptr: int) -> Pinned | None:
         """The range holding byte ``ptr``, if any."""
-        bases = self._bases
-        i = bisect.bisect_right(bases, ptr) - 1
-        if i < 0:
+        base = self._bases.floor(ptr)
+        if base is None:
             return None
-        entry = self._by_base[bases[i]]
+        entry = self._by_base[base]
         return entry if ptr < entry.base + entry.size else None
 
     def first_overlap(self, base: int, size: int,
@@ -107,11 +102,10 @@ class PinnedRegistry:
             lo, hi = base & ~(PAGE - 1), (end + PAGE - 1) & ~(PAGE - 1)
         else:
             lo, hi = base, end
-        bases = self._bases
-        i = bisect.bisect_left(bases, hi) - 1
-        if i < 0:
+        last = self._bases.floor(hi, strict=True)
+        if last is None:
             return None
-        entry = self._by_base[bases[i]]
+        entry = self._by_base[last]
         entry_end = entry.base + entry.size
         if granularity == "page":
             entry_end = (entry_end + PAGE - 1) & ~(PAGE - 1)
@@ -163,16 +157,20 @@ class PinnedRegistry:
 
     def touching(self, ptr: int, size: int) -> tuple[Pinned, ...]:
         """Every pinned range that shares a byte with ``[ptr, ptr+size)``, in address order."""
-        bases, by = self._bases, self._by_base
-        i = max(bisect.bisect_right(bases, ptr) - 1, 0)
+        by = self._by_base
         out = []
         end = ptr + size
-        while i < len(bases) and bases[i] < end:
-            entry = by[bases[i]]
+        for base in self._bases.iter_from(ptr):
+            if base >= end:
+                break
+            entry = by[base]
             if entry.base + entry.size > ptr:
                 out.append(entry)
-            i += 1
         return tuple(out)
 
     def entry_at_index(self, i: int) -> Pinned:
-        return self._by_base[self._bases[i]]
+        """The i-th range in address order (for reports; O(n))."""
+        for k, base in enumerate(self._bases):
+            if k == i:
+                return self._by_base[base]
+        raise IndexError(i)

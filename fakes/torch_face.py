@@ -40,6 +40,9 @@ class TorchCudaError(metaclass=_CudaErrorMeta):
     _cache: dict[int, TorchCudaError] = {}
 
     def __new__(cls, value: Any) -> TorchCudaError:
+        hit = cls._cache.get(value) if type(value) is int else None
+        if hit is not None:
+            return hit
         if isinstance(value, TorchCudaError):
             return value
         if isinstance(value, float) or not hasattr(value, "__index__"):
@@ -101,6 +104,9 @@ def _convert(fn: str, sig: str, values: tuple[Any, ...], limits: tuple[int, ...]
     """pybind11's integer casters: int or __index__, in range, never float or None."""
     out = []
     for v, limit in zip(values, limits, strict=True):
+        if type(v) is int and 0 <= v < limit:   # the common case, checked first
+            out.append(v)
+            continue
         ok = not isinstance(v, float) and v is not None and hasattr(v, "__index__")
         n = int(v.__index__()) if ok else -1
         if not ok or not 0 <= n < limit:
@@ -123,12 +129,17 @@ class TorchCudartFace(types.ModuleType):
         self.stream_slots: dict[int, int] = {}
 
     def cudaHostRegister(self, ptr: Any, size: Any, flags: Any) -> TorchCudaError:
+        if type(ptr) is int and type(size) is int and type(flags) is int and \
+                0 <= ptr < _U64 and 0 <= size < _U64 and 0 <= flags < _U32:   # hot path
+            return TorchCudaError(self._kvreg_runtime.host_register(ptr, size, flags))
         p, s, f = _convert("cudaHostRegister",
                            f"(arg0: int, arg1: int, arg2: int) -> {_MODULE}.cudaError",
                            (ptr, size, flags), (_U64, _U64, _U32))
         return TorchCudaError(self._kvreg_runtime.host_register(p, s, f))
 
     def cudaHostUnregister(self, ptr: Any) -> TorchCudaError:
+        if type(ptr) is int and 0 <= ptr < _U64:   # hot path
+            return TorchCudaError(self._kvreg_runtime.host_unregister(ptr))
         (p,) = _convert("cudaHostUnregister", f"(arg0: int) -> {_MODULE}.cudaError",
                         (ptr,), (_U64,))
         return TorchCudaError(self._kvreg_runtime.host_unregister(p))

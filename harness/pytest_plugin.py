@@ -83,6 +83,9 @@ def fake_cudart(request: pytest.FixtureRequest) -> Iterator[FakeCuda]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     """After a passing test body, leaked registrations fail the test (not its teardown)."""
+    missing_hw = item.__dict__.get("_kvreg_missing_hw")
+    if missing_hw:
+        pytest.fail(missing_hw, pytrace=False)
     result = yield
     fakes = item.__dict__.get(_FAKES_ATTR, ())
     if fakes and item.get_closest_marker("kvreg_allow_leaks") is None:
@@ -103,7 +106,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         missing = probe()
         if missing:
             if item.config.getoption("--kvreg-require-hw"):
-                pytest.fail(f"{name}: {missing} (--kvreg-require-hw is set)", pytrace=False)
+                # fail in the call phase, so it counts as a failed test, not a setup error
+                item.__dict__["_kvreg_missing_hw"] = (
+                    f"{name}: {missing} (--kvreg-require-hw is set)")
+                return
             pytest.skip(f"{name}: {missing}")
 
 

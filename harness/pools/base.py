@@ -238,6 +238,8 @@ class PoolGeometry(ABC):
     """Abstract geometry of one host pool: its buffers and the extents of every page."""
 
     pool_type: ClassVar[str] = ""
+    # Row order of page_extents: page-major (SGLang) unless a pool lists slot by slot.
+    _slot_major: ClassVar[bool] = False
     layout: str
     page_size: int
 
@@ -266,8 +268,6 @@ class PoolGeometry(ABC):
     def _page_slots(self) -> tuple[Slot, ...]:
         """The pointers of one page; geometries with page meta override this or page_extents."""
         raise NoPageMetaError(self._no_meta_message())
-
-    _slot_major: ClassVar[bool] = False
 
     def _no_meta_message(self) -> str:
         return (
@@ -323,9 +323,8 @@ class PoolGeometry(ABC):
         return build(page_size=p, page_num=n, **params)
 
     def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
+        if not isinstance(other, PoolGeometry) or type(other) is not type(self):
             return NotImplemented
-        assert isinstance(other, PoolGeometry)
         return self.params() == other.params()
 
     def __hash__(self) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from kvreg.harness.pools import (
     DSAIndexerGeometry,
     GeometryError,
@@ -62,20 +61,35 @@ def test_base_size_from_budget_and_ratio() -> None:
 
 def test_from_size_uses_host_sizing() -> None:
     # pools.md §0 applied to MHA with DCP: page_size 8 over dcp 2 -> P = 4; S0 = 10 -> N = 3.
-    geo = MHAGeometry.from_size(10, 8, dcp_size=2, layout="page_first", layer_num=2,
-                                head_num=1, head_dim=4, dtype="bf16")  # fmt: skip
+    geo = MHAGeometry.from_size(
+        10, 8, dcp_size=2, layout="page_first", layer_num=2, head_num=1, head_dim=4, dtype="bf16"
+    )
     assert (geo.page_size, geo.page_num, geo.size) == (4, 3, 12)
 
 
 def test_mamba_slots_are_size_plus_one() -> None:
     # pools.md §2.6: page_size = 1, S = N = size0 + 1.
-    geo = MambaGeometry.from_size(4, layout="page_first", num_mamba_layers=1, temporal_shape=(2,),
-                                  temporal_dtype="fp16", conv_shapes=[], conv_dtype="fp32")  # fmt: skip
+    geo = MambaGeometry.from_size(
+        4,
+        layout="page_first",
+        num_mamba_layers=1,
+        temporal_shape=(2,),
+        temporal_dtype="fp16",
+        conv_shapes=[],
+        conv_dtype="fp32",
+    )
     assert (geo.page_size, geo.page_num) == (1, 5)
     with pytest.raises(GeometryError, match="page_size must be 1"):
-        MambaGeometry.from_size(4, 2, layout="page_first", num_mamba_layers=1,
-                                temporal_shape=(2,), temporal_dtype="fp16", conv_shapes=[],
-                                conv_dtype="fp32")  # fmt: skip
+        MambaGeometry.from_size(
+            4,
+            2,
+            layout="page_first",
+            num_mamba_layers=1,
+            temporal_shape=(2,),
+            temporal_dtype="fp16",
+            conv_shapes=[],
+            conv_dtype="fp32",
+        )
 
 
 @given(st.integers(1, 64), st.integers(1, 1000))

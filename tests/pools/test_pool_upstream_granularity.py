@@ -4,7 +4,6 @@ and the None entries of the §2 tables."""
 from __future__ import annotations
 
 import pytest
-
 from kvreg.harness.pools import (
     AsymmetricMHAGeometry,
     DeepSeekV4PagedGeometry,
@@ -15,13 +14,14 @@ from kvreg.harness.pools import (
     MHAGeometry,
     MLAGeometry,
     MLAKVSplitGeometry,
+    PoolGeometry,
 )
 
 BOTH = ["page_first", "page_first_direct"]
 
 
-def granularities(geometry: object) -> list[int | None]:
-    return [buf.granularity for buf in geometry.buffers()]  # type: ignore[attr-defined]
+def granularities(geometry: PoolGeometry) -> list[int | None]:
+    return [buf.granularity for buf in geometry.buffers()]
 
 
 @pytest.mark.parametrize("layout", BOTH)
@@ -59,8 +59,9 @@ def test_mha_page_first_direct_granularity_96() -> None:
     assert geo.buffers()[0].shape == (2, 4, 3, 2, 2, 4)  # pools.md §2.1 (2, N, L, P, H, D)
 
 
-@pytest.mark.parametrize(("layout", "expected"), [("page_first", 96), ("layer_first", None),
-                                                  ("page_head", None)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("layout", "expected"), [("page_first", 96), ("layer_first", None), ("page_head", None)]
+)
 def test_mha_granularity_by_layout(layout: str, expected: int | None) -> None:
     # pools.md §2.1 table: page_first P*layout_dim; layer_first and page_head None.
     assert granularities(MHAGeometry(layout, 3, 2, 4, "fp16", 2, 4)) == [expected]
@@ -118,7 +119,8 @@ def test_asymmetric_mha_granularities_120_168(layout: str) -> None:
 
 def test_mla_kv_split_is_never_cuda_registered() -> None:
     # pools.md §2.4: page_first_kv_split passes no G; the NPU allocator never registers.
-    geo = MLAKVSplitGeometry(3, 4, 2, "bf16", 2, 4, index_layer_num=2, index_head_dim=8,
-                             index_scale=True)  # fmt: skip
+    geo = MLAKVSplitGeometry(
+        3, 4, 2, "bf16", 2, 4, index_layer_num=2, index_head_dim=8, index_scale=True
+    )
     assert granularities(geo) == [None] * 4
     assert not any(buf.cuda_registered for buf in geo.buffers())

@@ -1,0 +1,32 @@
+"""Benchmarks record medians here so a run can report ratios between its own measurements."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+MEDIANS: dict[str, float] = {}
+
+
+@pytest.fixture
+def record_median(benchmark: Any) -> Any:
+    def record(name: str) -> None:
+        MEDIANS[name] = benchmark.stats.stats.median
+    return record
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    pairs = [("register_unregister_full", "register_unregister_bare", "<= 3x"),
+             ("register_unregister_full_tail", "register_unregister_bare", "<= 3x")]
+    lines = []
+    for num, den, target in pairs:
+        if num in MEDIANS and den in MEDIANS:
+            lines.append(f"{num} / {den} = {MEDIANS[num] / MEDIANS[den]:.2f}x (target {target})")
+    for name, value in MEDIANS.items():
+        if name.startswith("descriptors_per_s"):
+            lines.append(f"{name} = {value:,.0f} descriptors/s (target >= 5,000,000)")
+    if lines:
+        terminalreporter.section("kvreg performance ratios")
+        for line in lines:
+            terminalreporter.write_line(line)
