@@ -408,8 +408,21 @@ class CudaBindingsFace(types.ModuleType):
             raise NotModelledError(
                 f"cuda.bindings.runtime.{name} is not modelled by kvreg's fake CUDA runtime; "
                 "see COVERAGE.md for what is modelled")
-        if name.startswith("cuda"):
+        if real is None and name in _snapshot_names():
             raise NotModelledError(
                 f"cuda.bindings.runtime.{name} is not modelled by kvreg's fake CUDA runtime; "
                 "see COVERAGE.md for what is modelled")
         raise AttributeError(f"module 'cuda.bindings.runtime' has no attribute '{name}'")
+
+
+_SNAPSHOT: frozenset[str] | None = None
+
+
+def _snapshot_names() -> frozenset[str]:
+    """The real module's function names (committed snapshot), for when it is not installed."""
+    global _SNAPSHOT
+    if _SNAPSHOT is None:
+        from .coverage import runtime_symbols
+
+        _SNAPSHOT = frozenset(runtime_symbols()[1])
+    return _SNAPSHOT

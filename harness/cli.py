@@ -13,6 +13,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="replay SGLang PR #36798: byte-offset chunk seams break "
                                 "page copies, page-aligned ones do not")
+    from .plan_cli import add_parser as add_plan
+
+    add_plan(sub)
     cov = sub.add_parser("coverage", help="write COVERAGE.md: which CUDA APIs the fake models")
     cov.add_argument("--output", default="COVERAGE.md")
     return parser
@@ -24,6 +27,10 @@ def main(argv: list[str] | None = None) -> int:
         from .demo import main as demo_main
 
         return demo_main()
+    if args.command == "plan":
+        from .plan_cli import run as plan_run
+
+        return plan_run(args)
     if args.command == "coverage":
         from kvreg.fakes.coverage import main as cov_main
 

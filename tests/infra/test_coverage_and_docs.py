@@ -1,0 +1,115 @@
+"""COVERAGE.md, the error table helpers, profiles, dtypes, the demo and the README example."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from kvreg.fakes import coverage
+from kvreg.fakes.cuda_python_face import NotModelledError
+from kvreg.fakes.dtypes import as_dtype
+from kvreg.fakes.errors import code_for, error_name, error_string, valid_errors
+from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.profile import PROFILES, DeviceProfile, get_profile
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_coverage_md_is_fresh() -> None:
+    on_disk = (ROOT / "COVERAGE.md").read_text()
+    assert on_disk == coverage.render(), (
+        "COVERAGE.md is stale: run `python -m kvreg.fakes.coverage`")
+
+
+def test_symbol_snapshot_matches_installed_cuda_bindings() -> None:
+    pytest.importorskip("cuda.bindings.runtime", reason="cuda-bindings is not installed")
+    from importlib import metadata
+
+    header, names = coverage.runtime_symbols()
+    if metadata.version("cuda-bindings") not in header:
+        pytest.skip(f"snapshot is of {header}; installed cuda-bindings "
+                    f"{metadata.version('cuda-bindings')} (refresh with --refresh-symbols)")
+    assert names == coverage.live_runtime_symbols()
+
+
+def test_every_modelled_api_exists_in_the_real_module() -> None:
+    _, names = coverage.runtime_symbols()
+    assert set(coverage.modelled_cuda_python()) <= set(names)
+
+
+def test_unmodelled_api_names_the_coverage_table() -> None:
+    fake = FakeCuda()
+    _, names = coverage.runtime_symbols()
+    missing = sorted(set(names) - set(coverage.modelled_cuda_python()))
+    assert "cudaMemcpy2D" in missing
+    for name in missing[:25]:
+        with pytest.raises(NotModelledError, match="COVERAGE.md"):
+            getattr(fake.runtime, name)
+
+
+def test_error_helpers() -> None:
+    # spec cuda-runtime.md §1: names/strings, and the fallback for unknown codes [OBS-local]
+    assert error_name(712) == "cudaErrorHostMemoryAlreadyRegistered"
+    assert error_string(2) == "out of memory"
+    assert error_name(5555) == error_string(5555) == "unrecognized error code"
+    assert code_for("HostMemoryNotRegistered") == 713
+    assert code_for("cudaErrorInvalidValue") == 1
+    with pytest.raises(ValueError):
+        code_for("cudaErrorDoesNotExist")
+    with pytest.raises(TypeError):
+        code_for(True)
+    assert valid_errors("cudaHostUnregister") >= {1, 713, 35}
+    with pytest.raises(KeyError, match="cudaHostRegister"):
+        valid_errors("cudaNope")
+
+
+def test_profiles_and_their_unc_switches() -> None:
+    p = get_profile()
+    assert p.name == "h200-r580" and p.per_call_limit == 512 << 30
+    assert p.copy_across_registrations == "reject"  # conservative default, spec §11.3
+    assert get_profile("h100-r575").per_call_limit is None
+    with pytest.raises(ValueError, match="known"):
+        get_profile("h300")
+    with pytest.raises(TypeError, match="nonsense"):
+        p.replace(nonsense=1)
+    # a profile can be rebuilt from a real run's answers
+    settled = DeviceProfile.from_dict({"name": "lab-h200", "copy_across_registrations": "allow"})
+    assert settled.copy_across_registrations == "allow" and settled.per_call_limit == 512 << 30
+    assert all(name == prof.name for name, prof in PROFILES.items())
+
+
+def test_dtypes() -> None:
+    import numpy as np
+    import torch
+
+    assert as_dtype(torch.bfloat16).itemsize == 2
+    assert as_dtype("fp8").name == "float8_e4m3fn"
+    assert as_dtype(np.dtype("float32")).itemsize == 4
+    with pytest.raises(ValueError, match="known dtypes"):
+        as_dtype("float13")
+    with pytest.raises(TypeError):
+        as_dtype(3)
+
+
+def test_demo_catches_the_pr_36798_bug(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvreg.harness.cli import main
+
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "[FAIL] byte-offset chunks" in out
+    assert "page 238" in out and "error=invalid argument" in out
+    assert "[pass] page-aligned chunks" in out
+
+
+def test_readme_example_runs() -> None:
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"```python\n(.*?)```", text, re.S)
+    assert block is not None
+    namespace: dict[str, object] = {}
+    exec(compile(block.group(1), "README.md", "exec"), namespace)  # noqa: S102
+    fake = namespace["fake"]
+    assert isinstance(fake, FakeCuda)
+    # the 1.2 TiB single call hit the 512 GiB ceiling (spec cuda-runtime.md §2.2) -> 2
+    assert fake.trace.codes("cudaHostRegister") == [2]
