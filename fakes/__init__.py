@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DeviceProfile", "FakeCuda", "FaultPlan", "PROFILES", "VirtualTensor"]
+__all__ = ["PROFILES", "DeviceProfile", "FakeCuda", "FaultPlan", "VirtualTensor"]
 
 _LAZY = {
     "FakeCuda": "kvreg.fakes.fake_cuda",

@@ -16,7 +16,7 @@ from .address_space import AddressSpace, Allocation
 from .profile import DeviceProfile, get_profile
 from .registry import Pinned, PinnedRegistry
 
-__all__ = ["DEVICE_BASE", "ALIAS_OFFSET", "DeviceAlloc", "FakeDriver"]
+__all__ = ["ALIAS_OFFSET", "DEVICE_BASE", "DeviceAlloc", "FakeDriver"]
 
 DEVICE_BASE = 3 << 60    # fake device pointers: non-canonical, apart from host virtual memory
 ALIAS_OFFSET = 2 << 60   # device aliases of host memory, when alias != host VA

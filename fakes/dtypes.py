@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DType", "as_dtype", "DTYPES"]
+__all__ = ["DTYPES", "DType", "as_dtype"]
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,7 @@ def error_string(code: int) -> str:
 
 
 def code_for(name_or_code: int | str) -> int:
-    """Resolve ``712``, ``"cudaErrorHostMemoryAlreadyRegistered"`` or ``"HostMemoryAlreadyRegistered"``."""
+    """Resolve ``712``, ``"cudaErrorHostMemoryAlreadyRegistered"`` or its short name."""
     if isinstance(name_or_code, bool):
         raise TypeError("an error code must be an int or an error name, not bool")
     if isinstance(name_or_code, int):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from typing import Any
 
 __all__ = ["patch_attr", "patch_cuda_bindings", "patch_torch_cudart"]
@@ -22,17 +22,15 @@ _MISSING = object()
 @contextmanager
 def patch_attr(obj: Any, name: str, value: Any) -> Iterator[None]:
     """Set ``obj.name = value`` for the block; delete it afterwards if it was absent."""
-    old = obj.__dict__.get(name, _MISSING) if hasattr(obj, "__dict__") else \
+    old: Any = obj.__dict__.get(name, _MISSING) if hasattr(obj, "__dict__") else \
         getattr(obj, name, _MISSING)
     setattr(obj, name, value)
     try:
         yield
     finally:
         if old is _MISSING:
-            try:
+            with suppress(AttributeError):
                 delattr(obj, name)
-            except AttributeError:
-                pass
         else:
             setattr(obj, name, old)
 
@@ -55,7 +53,7 @@ def patch_torch_cudart(face: Any) -> Iterator[bool]:
 
 @contextmanager
 def _sys_module(name: str, module: Any) -> Iterator[None]:
-    old = sys.modules.get(name, _MISSING)
+    old: Any = sys.modules.get(name, _MISSING)
     sys.modules[name] = module
     try:
         yield
@@ -74,14 +72,18 @@ def patch_cuda_bindings(face: Any, *, legacy: bool = False) -> Iterator[None]:
     in ``sys.modules`` for the block. ``legacy=True`` also maps the 12.x ``cuda.cudart`` path.
     """
     with ExitStack() as stack:
+        cuda_pkg: Any
+        bindings_pkg: Any
         try:
-            import cuda.bindings as bindings_pkg
+            import cuda.bindings
+
+            bindings_pkg = cuda.bindings
             cuda_pkg = sys.modules["cuda"]
         except ImportError:
             cuda_pkg = types.ModuleType("cuda")
             cuda_pkg.__path__ = []
             bindings_pkg = types.ModuleType("cuda.bindings")
-            bindings_pkg.__path__ = []  # type: ignore[attr-defined]
+            bindings_pkg.__path__ = []
             stack.enter_context(_sys_module("cuda", cuda_pkg))
             stack.enter_context(_sys_module("cuda.bindings", bindings_pkg))
             stack.enter_context(patch_attr(cuda_pkg, "bindings", bindings_pkg))

@@ -25,7 +25,8 @@ class DeviceProfile:
 
     name: str = "h200-r580"
     description: str = "H200 on an R580+ driver (CUDA 13), x86-64 Linux with UVA"
-    # environment: "no_driver" -> 35, "no_gpu" -> 100, "stub" -> 34 from every call (spec §2.2, §11.4)
+    # environment: "no_driver" -> 35, "no_gpu" -> 100, "stub" -> 34 from every call
+    # (spec §2.2, §11.4)
     env: EnvMode = "ok"
     device_count: int = 1
     device_name: str = "NVIDIA H200"

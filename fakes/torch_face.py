@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import types
-from typing import Any
+from typing import Any, ClassVar
 
 from . import errors as E
 from .cuda_runtime import FakeRuntime
@@ -26,18 +26,19 @@ class _CudaErrorMeta(type):
 
     @property
     def __members__(cls) -> dict[str, TorchCudaError]:
-        return {"success": cls(0)}  # type: ignore[call-arg]
+        return {"success": TorchCudaError(0)}
 
     @property
     def success(cls) -> TorchCudaError:
-        return cls(0)  # type: ignore[call-arg]
+        return TorchCudaError(0)
 
 
 class TorchCudaError(metaclass=_CudaErrorMeta):
     """``torch._C._cudart.cudaError``: only ``success`` is a named member (spec §7)."""
 
     __slots__ = ("_value",)
-    _cache: dict[int, TorchCudaError] = {}
+    _value: int
+    _cache: ClassVar[dict[int, TorchCudaError]] = {}
 
     def __new__(cls, value: Any) -> TorchCudaError:
         hit = cls._cache.get(value) if type(value) is int else None

@@ -26,15 +26,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         from .demo import main as demo_main
 
-        return demo_main()
+        return int(demo_main())
     if args.command == "plan":
         from .plan_cli import run as plan_run
 
-        return plan_run(args)
+        return int(plan_run(args))
     if args.command == "coverage":
         from kvreg.fakes.coverage import main as cov_main
 
-        return cov_main(["--output", args.output])
+        return int(cov_main(["--output", args.output]))
     return 2
 
 

@@ -68,8 +68,8 @@ def run_case(label: str, plan: Callable[[int, int, int | None], list[tuple[int, 
         message = (f"cudaMemcpyBatchAsync failed. error={text.decode()}: page {page} "
                    f"[{page * PAGE_BYTES:#x}, {(page + 1) * PAGE_BYTES:#x}) of the pool "
                    f"spans the registrations at offsets "
-                   + ", ".join(f"{r.base - base:#x}" for r in (fault.registrations if fault else ()))
-                   )
+                   + ", ".join(f"{r.base - base:#x}"
+                               for r in (fault.registrations if fault else ())))
     else:
         message = f"all {pages} page copies accepted"
     for off, _ in reversed(chunks):

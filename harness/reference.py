@@ -63,9 +63,10 @@ def _text(cudart: Any, code: int) -> str:
             return str(cudart.cudaGetErrorString(cudart.cudaError(code)))
         res = cudart.cudaGetErrorString(code)
         text = res[1] if isinstance(res, tuple) else res
-        return text.decode() if isinstance(text, bytes) else str(text)
+        return str(text.decode() if isinstance(text, bytes) else text)
     except Exception:   # a broken error-string call must not hide the real failure
-        return error_string(code)
+        pass
+    return error_string(code)
 
 
 def _drain(cudart: Any) -> None:
@@ -157,7 +158,7 @@ def register_buffer(buffer: Any, registration_granularity_bytes: int | None = No
     """
     import torch
 
-    cudart = torch.cuda.cudart()
+    cudart = torch.cuda.cudart()  # type: ignore[no-untyped-call]
     nbytes = int(buffer.numel()) * int(buffer.element_size())
     ranges = register(cudart, int(buffer.data_ptr()), nbytes,
                       granularity=registration_granularity_bytes,
@@ -172,7 +173,7 @@ def teardown_buffer(buffer: Any) -> None:
     ranges = getattr(buffer, RANGES_ATTR, None)
     if not ranges:
         return
-    failed = teardown(torch.cuda.cudart(), ranges)
+    failed = teardown(torch.cuda.cudart(), ranges)  # type: ignore[no-untyped-call]
     if failed:
         raise TeardownError(
             "cudaHostUnregister failed for " + ", ".join(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+
 from kvreg.fakes.dtypes import DType, as_dtype
 
 __all__ = [

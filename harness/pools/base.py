@@ -16,6 +16,7 @@ from typing import Any, ClassVar, NamedTuple, Self
 
 import numpy as np
 import numpy.typing as npt
+
 from kvreg.fakes.dtypes import DType
 
 from ._checks import GeometryError, NoPageMetaError, check_nonneg_int, check_positive_int

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Self
 
 import numpy.typing as npt
+
 from kvreg.fakes.dtypes import DType
 
 from ._checks import GeometryError, check_dtype, check_nonneg_int, check_positive_int

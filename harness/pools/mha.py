@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy.typing as npt
+
 from kvreg.fakes.dtypes import DType
 
 from ._checks import GeometryError, check_dtype, check_layout, check_positive_int

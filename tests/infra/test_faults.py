@@ -99,7 +99,7 @@ def test_bad_plans_are_rejected_and_change_nothing(bad: dict[str, object]) -> No
 
 
 def test_unknown_point_suggests_the_close_one() -> None:
-    with pytest.raises(FaultPlanError, match="did you mean cudart.cudaHostRegister"):
+    with pytest.raises(FaultPlanError, match=r"did you mean cudart\.cudaHostRegister"):
         FaultPlan().arm("cudart.cudaHostRegistr", error=1)
 
 

@@ -77,8 +77,8 @@ def test_patch_restores_even_when_the_block_raises() -> None:
 def test_patch_cuda_bindings_import_forms() -> None:
     fake = FakeCuda()
     with fake.patch():
-        from cuda.bindings import runtime as a
         import cuda.bindings.runtime as b
+        from cuda.bindings import runtime as a
 
         assert a is fake.runtime and b is fake.runtime
     from cuda.bindings import runtime as c

@@ -140,7 +140,7 @@ def test_many(fake_cudart, i):
     for p, _ in reversed(register(buf, 1 << 30)):
         torch.cuda.cudart().cudaHostUnregister(p)
 ''')
-    pytester.runpytest("-p", "no:cacheprovider", "-n", "2").assert_outcomes(passed=8)
+    pytester.runpytest("-p", "no:cacheprovider", "-p", "no:benchmark", "-n", "2").assert_outcomes(passed=8)
 
 
 def test_plugin_module_imports_nothing_heavy() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from kvreg.harness.pools import (
     DeepSeekV4PagedGeometry,
     DSAIndexerGeometry,

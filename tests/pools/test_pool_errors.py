@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from kvreg.fakes.dtypes import as_dtype
 from kvreg.harness.pools import (
     BufferSpec,

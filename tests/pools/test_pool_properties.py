@@ -8,90 +8,15 @@ import math
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from kvreg.harness.pools import (
-    AsymmetricMHAGeometry,
-    DeepSeekV4PagedGeometry,
-    DeepSeekV4StateGeometry,
-    DSAIndexerGeometry,
-    FastDeployGeometry,
     HostPoolGroup,
-    KOnlyMHAGeometry,
-    MambaGeometry,
-    MHAGeometry,
-    MLAGeometry,
-    MLAKVSplitGeometry,
     PoolGeometry,
     make_geometry,
 )
+from kvreg.harness.strategies import GEOMETRIES
 
-small = st.integers(1, 5)
-pages = st.integers(1, 7)
-dtypes = st.sampled_from(["float16", "bfloat16", "float32", "uint8", "float8_e4m3fn"])
-PAGE_LAYOUTS = ["page_first", "page_first_direct"]
-
-
-def shape(min_value: int = 1) -> st.SearchStrategy[tuple[int, ...]]:
-    return st.lists(st.integers(min_value, 4), min_size=1, max_size=3).map(tuple)
-
-
-GEOMETRIES: dict[str, st.SearchStrategy[PoolGeometry]] = {
-    "mha": st.builds(
-        MHAGeometry,
-        st.sampled_from(["layer_first", "page_first", "page_first_direct", "page_head"]),
-        small, small, small, dtypes, small, pages,
-    ),
-    "mha_k_only": st.builds(
-        KOnlyMHAGeometry, st.sampled_from(["layer_first", *PAGE_LAYOUTS]),
-        small, small, small, dtypes, small, pages,
-    ),
-    "mha_asymmetric": st.builds(
-        AsymmetricMHAGeometry, st.sampled_from(PAGE_LAYOUTS),
-        small, small, small, small, dtypes, small, pages,
-    ),
-    "mla": st.builds(
-        MLAGeometry, st.sampled_from(["layer_first", *PAGE_LAYOUTS]),
-        small, small, st.integers(0, 4), dtypes, small, pages, st.none() | small,
-    ),
-    "mla_kv_split": st.builds(
-        MLAKVSplitGeometry, small, small, small, dtypes, small, pages,
-        index_layer_num=st.just(0),
-    )
-    | st.builds(
-        MLAKVSplitGeometry, small, small, small, dtypes, small, pages,
-        k_width=small, k_dtype=dtypes, fp8_dsa=st.booleans(), index_layer_num=small,
-        index_head_dim=small, index_dtype=dtypes, index_scale=st.booleans(),
-    ),
-    "dsa_indexer": st.builds(
-        DSAIndexerGeometry, st.sampled_from(["layer_first", *PAGE_LAYOUTS]),
-        small, st.integers(1, 16), st.integers(1, 16), small, pages,
-    ),
-    "mamba": st.builds(
-        MambaGeometry, st.sampled_from(PAGE_LAYOUTS), small, shape(0), dtypes,
-        st.lists(shape(1), min_size=1, max_size=3), dtypes, pages,
-    ),
-    "deepseek_v4_paged": st.builds(
-        DeepSeekV4PagedGeometry, st.sampled_from(["layer_first", *PAGE_LAYOUTS]),
-        small, st.integers(1, 40), small, pages,
-    ),
-    "deepseek_v4_state": st.builds(
-        lambda layout, n, row, ring, p, num, dt: DeepSeekV4StateGeometry(
-            layout, [(2, *row)] * n, ring, p, num, dt
-        ),
-        st.sampled_from(["layer_first", *PAGE_LAYOUTS]), small, shape(1), small, small, pages,
-        dtypes,
-    ),
-    "fastdeploy": st.builds(
-        FastDeployGeometry, small, small, small,
-        st.sampled_from(["float32", "bfloat16", "float16", "uint8"]), small, pages,
-        st.integers(0, 2),
-    )
-    | st.builds(
-        FastDeployGeometry, small, small, small, st.just("block_wise_fp8"), small, pages,
-        st.integers(0, 2), small,
-    ),
-}  # fmt: skip
-
-single = st.one_of(*GEOMETRIES.values())
+single = st.one_of(*GEOMETRIES.values())  # the exported strategies (harness/strategies.py)
 anchor_and_sides = st.builds(
     lambda members: HostPoolGroup(members),
     st.lists(single, min_size=1, max_size=3),

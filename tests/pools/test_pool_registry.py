@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+
 from kvreg.harness.pools import (
     POOL_TYPES,
     FastDeployGeometry,

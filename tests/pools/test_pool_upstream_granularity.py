@@ -4,6 +4,7 @@ and the None entries of the §2 tables."""
 from __future__ import annotations
 
 import pytest
+
 from kvreg.harness.pools import (
     AsymmetricMHAGeometry,
     DeepSeekV4PagedGeometry,

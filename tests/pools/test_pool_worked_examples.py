@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from kvreg.harness.pools import DSAIndexerGeometry, MHAGeometry, MLAGeometry, PoolGeometry
 
 LIM = 256 * 2**30  # pools.md §2.10: LIM = 256 GiB = 274,877,906,944 B

@@ -1,0 +1,40 @@
+"""Materialise a pool geometry: real torch CPU tensors (small pools) or virtual buffers.
+
+Virtual buffers come from a fake's address space, so pools of hundreds of GiB to several TiB
+cost no RAM; real tensors are tracked in the same space so traces can name them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvreg.fakes.address_space import AddressSpace
+
+from .pools import PoolGeometry
+
+__all__ = ["REAL_LIMIT", "allocate"]
+
+REAL_LIMIT = 256 << 20   # above this, real=True is refused: a test must not eat the RAM
+
+
+def allocate(geometry: PoolGeometry, space: AddressSpace, *, real: bool = False) -> list[Any]:
+    """One buffer object per ``geometry.buffers()`` entry, in order.
+
+    Real buffers are ``torch.empty(shape, dtype)`` (torch imported here, not at load);
+    virtual buffers are :class:`~kvreg.fakes.address_space.VirtualTensor`.
+    """
+    specs = geometry.buffers()
+    if real:
+        total = sum(s.nbytes for s in specs)
+        if total > REAL_LIMIT:
+            raise ValueError(f"pool needs {total} bytes; real buffers are limited to "
+                             f"{REAL_LIMIT} (use virtual memory for larger pools)")
+        import torch
+
+        out = []
+        for spec in specs:
+            t = torch.zeros(spec.shape, dtype=getattr(torch, spec.dtype.name))
+            space.track(t, name=spec.name)
+            out.append(t)
+        return out
+    return [space.virtual(spec.shape, spec.dtype, name=spec.name) for spec in specs]
