@@ -10,11 +10,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kvreg",
         description="Test the memory registration of LLM KV-cache pools on a fake CUDA runtime.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("demo", help="replay SGLang PR #36798: byte-offset chunk seams break "
                                 "page copies, page-aligned ones do not")
     from .plan_cli import add_parser as add_plan
+    from .run_cli import add_parsers as add_run
 
+    add_run(sub)
     add_plan(sub)
     cov = sub.add_parser("coverage", help="write COVERAGE.md: which CUDA APIs the fake models")
     cov.add_argument("--output", default="COVERAGE.md")
@@ -27,6 +29,10 @@ def main(argv: list[str] | None = None) -> int:
         from .demo import main as demo_main
 
         return int(demo_main())
+    if args.command in ("run", "list"):
+        from .run_cli import run_list, run_run
+
+        return int(run_run(args) if args.command == "run" else run_list(args))
     if args.command == "plan":
         from .plan_cli import run as plan_run
 

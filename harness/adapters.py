@@ -1,0 +1,136 @@
+"""Implementation styles of the public contract, behind one small interface.
+
+``reference`` is kvreg's own; ``sglang`` calls ``register(buffer, G)`` / ``teardown(buffer)``
+with cudart from ``torch.cuda.cudart()`` and the limit from
+``SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB``; ``generic`` calls ``register(cudart, ptr, nbytes,
+*, granularity, chunk_limit)`` / ``teardown(cudart, ranges)``. User styles get the granularity
+the real pool passes (None where upstream registers in one call); the reference gets
+kvreg's copy unit, because it chunks every layout.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import reference
+from .chunking import reference_unit
+from .pools import BufferSpec, PageExtents
+
+__all__ = ["STYLES", "Implementation", "ImplementationError", "load_callable",
+           "make_implementation"]
+
+STYLES = ("reference", "sglang", "generic", "mooncake")
+GiB = 1 << 30
+
+
+class ImplementationError(ValueError):
+    """A SPEC that cannot be loaded, or a style that cannot run a scenario."""
+
+
+def load_callable(spec: str) -> Callable[..., Any]:
+    """``file.py:function`` or ``package.module:function`` -> the function."""
+    target, sep, attr = spec.rpartition(":")
+    if not sep or not target or not attr:
+        raise ImplementationError(f"--impl {spec!r}: expected file.py:function or "
+                                  "package.module:function")
+    if target.endswith(".py"):
+        path = Path(target)
+        if not path.is_file():
+            raise ImplementationError(f"--impl {spec!r}: no such file {target}")
+        name = f"kvreg_user_{abs(hash(str(path.resolve())))}"
+        module = sys.modules.get(name)
+        if module is None:
+            loader_spec = importlib.util.spec_from_file_location(name, path)
+            if loader_spec is None or loader_spec.loader is None:
+                raise ImplementationError(f"--impl {spec!r}: cannot import {target}")
+            module = importlib.util.module_from_spec(loader_spec)
+            sys.modules[name] = module
+            try:
+                loader_spec.loader.exec_module(module)
+            except Exception as exc:
+                del sys.modules[name]
+                raise ImplementationError(f"--impl {spec!r}: importing {target} failed: "
+                                          f"{type(exc).__name__}: {exc}") from None
+    else:
+        try:
+            module = importlib.import_module(target)
+        except Exception as exc:
+            raise ImplementationError(f"--impl {spec!r}: cannot import {target}: "
+                                      f"{type(exc).__name__}: {exc}") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ImplementationError(f"--impl {spec!r}: {target} has no function {attr!r}")
+    return fn  # type: ignore[no-any-return]
+
+
+@dataclass
+class Implementation:
+    """One implementation under test, callable per buffer."""
+
+    style: str
+    label: str
+    register_fn: Callable[..., Any] | None = None
+    teardown_fn: Callable[..., Any] | None = None
+
+    def granularity(self, spec: BufferSpec, limit: int, extents: PageExtents | None,
+                    index: int) -> int | None:
+        if self.style == "reference":
+            return reference_unit(spec, limit, extents, index)[0]
+        return spec.granularity
+
+    def register(self, cudart: Any, buffer: Any, spec: BufferSpec, granularity: int | None,
+                 limit: int) -> Any:
+        """Register one buffer; returns the handle teardown needs."""
+        if self.style == "reference":
+            return reference.register(cudart, int(buffer.data_ptr()), spec.nbytes,
+                                      granularity=granularity, chunk_limit=limit)
+        assert self.register_fn is not None
+        if self.style == "generic":
+            return self.register_fn(cudart, int(buffer.data_ptr()), spec.nbytes,
+                                    granularity=granularity, chunk_limit=limit)
+        if self.style == "sglang":
+            self.register_fn(buffer, granularity)   # upstream passes G positionally
+            return buffer
+        raise ImplementationError(f"style {self.style!r} does not register CUDA buffers")
+
+    def teardown(self, cudart: Any, buffer: Any, handle: Any) -> Any:
+        if self.style == "reference":
+            return reference.teardown(cudart, handle)
+        assert self.teardown_fn is not None
+        if self.style == "generic":
+            return self.teardown_fn(cudart, handle)
+        return self.teardown_fn(buffer)
+
+    def check_limit(self, limit: int) -> str | None:
+        """Why this style cannot express a chunk limit, or None."""
+        if self.style == "sglang" and limit % GiB:
+            return (f"the sglang style reads whole GiB from SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB;"
+                    f" this scenario's limit is {limit} bytes")
+        return None
+
+
+def make_implementation(impl: str | None = None, teardown: str | None = None,
+                        style: str | None = None) -> Implementation:
+    """Build an Implementation from CLI/ini values (all None: kvreg's reference)."""
+    if impl is None:
+        if teardown is not None:
+            raise ImplementationError("--teardown needs --impl")
+        if style not in (None, "reference"):
+            raise ImplementationError(f"--style {style} needs --impl")
+        return Implementation("reference", "kvreg reference")
+    style = style or "sglang"
+    if style not in STYLES or style == "reference":
+        raise ImplementationError(f"--style must be one of sglang, generic, mooncake; got "
+                                  f"{style!r}")
+    register_fn = load_callable(impl)
+    if teardown is None:
+        module_name, _, _ = impl.rpartition(":")
+        teardown = f"{module_name}:teardown"
+    teardown_fn = load_callable(teardown)
+    return Implementation(style, impl, register_fn, teardown_fn)

@@ -1,0 +1,248 @@
+"""The rules a run is judged by, applied to the call trace: each broken rule is a sentence.
+
+Every violation names what a user can act on: which buffer and offset, which call, which
+code, which page and seam. Violations are ordered by the call where they happened, so the
+first one printed is the first thing that went wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvreg.fakes.errors import error_name, error_string
+from kvreg.fakes.recorder import TraceEntry
+
+from .pools import BufferSpec, PoolGeometry
+
+__all__ = ["BufferRun", "RunRecord", "Violation", "check_run"]
+
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    message: str
+    seq: int = 1 << 62   # trace position, for ordering
+
+    def as_dict(self) -> dict[str, str]:
+        return {"rule": self.rule, "message": self.message}
+
+
+@dataclass
+class BufferRun:
+    index: int
+    spec: BufferSpec
+    base: int
+    granularity: int | None
+    error: BaseException | None = None
+    handle: Any = None
+    registered: bool = False
+    seq_start: int = 0
+    seq_end: int = 0
+
+
+@dataclass
+class RunRecord:
+    """Everything a run produced, for the checks."""
+
+    geometry: PoolGeometry
+    limit: int
+    expect: str
+    per_call_limit: int | None
+    buffers: list[BufferRun]
+    trace: list[TraceEntry]
+    transfer: Any = None                   # TransferResult or None
+    teardown_errors: list[tuple[int, int, BaseException]] = field(default_factory=list)
+    teardown_start: int | None = None
+    live_end: list[tuple[int, int]] = field(default_factory=list)
+    budget_hit: int | None = None
+    exercised: tuple[str, ...] = ()
+
+
+def _where(record: RunRecord, ptr: int) -> str:
+    for b in record.buffers:
+        if b.base <= ptr < b.base + max(b.spec.nbytes, 1):
+            return f"{b.spec.name}+{ptr - b.base:#x}"
+    return f"{ptr:#x} (outside every pool buffer)"
+
+
+def _owner(record: RunRecord, ptr: int, size: int) -> BufferRun | None:
+    for b in record.buffers:
+        if b.base <= ptr and ptr + size <= b.base + b.spec.nbytes:
+            return b
+    return None
+
+
+def _exc(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def check_run(r: RunRecord) -> list[Violation]:
+    """All violations of a run, first one first."""
+    out: list[Violation] = []
+    regs = [e for e in r.trace if e.api == "cudaHostRegister"]
+    unregs = [e for e in r.trace if e.api == "cudaHostUnregister"]
+
+    if r.budget_hit is not None:
+        out.append(Violation("call-budget", f"stopped after {r.budget_hit} runtime calls: the "
+                             "implementation loops or never finishes", 0))
+
+    # every registration call: non-empty, inside a buffer, within the limit
+    for e in regs:
+        ptr, size = int(e.args[0]), int(e.args[1])
+        if size == 0:
+            out.append(Violation("register-size-zero", f"call #{e.seq} registers 0 bytes at "
+                                 f"{_where(r, ptr)} (cudaHostRegister rejects it with 1)", e.seq))
+            continue
+        owner = _owner(r, ptr, size)
+        if owner is None:
+            out.append(Violation("range-outside-buffer", f"call #{e.seq} registers "
+                                 f"[{_where(r, ptr)}, +{size}) which is not inside one pool "
+                                 "buffer", e.seq))
+        elif size > r.limit and owner.granularity is not None:
+            out.append(Violation("chunk-over-limit", f"call #{e.seq} registers {size} bytes at "
+                                 f"{_where(r, ptr)}, above the chunk limit {r.limit}", e.seq))
+
+    # register failures: raised, and rolled back
+    failed_codes = [e for e in regs if e.code]
+    rollback_injected = {int(e.args[0]) for e in unregs if e.injected and e.code
+                         and r.teardown_start is not None and e.seq < r.teardown_start}
+    if r.teardown_start is None:
+        rollback_injected = {int(e.args[0]) for e in unregs if e.injected and e.code}
+    for b in r.buffers:
+        mine = [e for e in failed_codes if b.seq_start <= e.seq < b.seq_end]
+        if mine and b.error is None:
+            e = mine[0]
+            out.append(Violation(
+                "error-swallowed",
+                f"cudaHostRegister returned {e.code} ({error_string(e.code or 0)}) at "
+                f"{_where(r, int(e.args[0]))} (call #{e.seq}) but register() of {b.spec.name} "
+                "returned normally: the pool would run unpinned", e.seq))
+    # expectations
+    if r.expect == "success":
+        for b in r.buffers:
+            if b.error is not None:
+                out.append(Violation("unexpected-error", _explain_error(r, b), b.seq_end))
+                break
+    elif r.expect == "rejected":
+        for b in r.buffers:
+            calls = [e for e in regs if b.seq_start <= e.seq < b.seq_end]
+            if b.error is None:
+                out.append(Violation("not-rejected", f"register() of {b.spec.name} accepted "
+                                     f"granularity {b.granularity} with chunk limit {r.limit}; "
+                                     "it must raise before any call", b.seq_end))
+                break
+            if calls:
+                out.append(Violation("rejected-too-late", f"register() of {b.spec.name} made "
+                                     f"{len(calls)} cudaHostRegister call(s) before rejecting "
+                                     f"granularity {b.granularity} > limit {r.limit}",
+                                     calls[0].seq))
+                break
+            if not isinstance(b.error, ValueError):
+                out.append(Violation("rejected-wrong-error", f"register() of {b.spec.name} "
+                                     f"rejected the granularity with {_exc(b.error)}; expected "
+                                     "ValueError", b.seq_end))
+                break
+    elif r.expect == "register-error":
+        if not any(b.error is not None for b in r.buffers) and r.budget_hit is None:
+            if not failed_codes:
+                out.append(Violation("fault-not-reached", "no registration call failed: the "
+                                     "scenario's fault never fired", 0))
+
+    # transfers over every page
+    t = r.transfer
+    if t is not None and not t.ok:
+        out.append(Violation("transfer-failed", _explain_transfer(r, t), 1 << 40))
+
+    # unregister only live bases; each chunk released exactly once
+    live: dict[int, int] = {}
+    released: dict[int, int] = {}
+    for e in sorted(regs + unregs, key=lambda x: x.seq):
+        ptr = int(e.args[0])
+        if e.api == "cudaHostRegister":
+            if e.code == 0:
+                live[ptr] = int(e.args[1])
+            continue
+        if e.injected:
+            continue
+        if e.code == 0:
+            live.pop(ptr, None)
+            released[ptr] = released.get(ptr, 0) + 1
+        elif e.code in (1, 713):
+            why = ("was already released" if released.get(ptr) else
+                   "is inside a registration, not its base" if e.code == 1 else
+                   "was never registered")
+            out.append(Violation("unregister-not-a-live-base",
+                                 f"call #{e.seq} unregisters {_where(r, ptr)}, which {why} "
+                                 f"({e.code} {error_name(e.code)})", e.seq))
+
+    # nothing left registered, except what an injected rollback failure pinned for good
+    for ptr, size in r.live_end:
+        if ptr in rollback_injected:
+            continue
+        b = _owner(r, ptr, size)
+        if b is not None and b.error is not None:
+            msg = (f"chunk [{_where(r, ptr)}, +{size}) is still registered after register() of "
+                   f"{b.spec.name} failed: no rollback")
+            rule = "not-rolled-back"
+        elif "teardown" in r.exercised:
+            lost = any(e.injected and int(e.args[0]) == ptr for e in unregs)
+            msg = (f"chunk [{_where(r, ptr)}, +{size}) was never released"
+                   + (": teardown lost track of it after cudaHostUnregister failed"
+                      if lost else " by teardown"))
+            rule = "leak"
+        else:
+            continue
+        out.append(Violation(rule, msg, 1 << 41))
+
+    # teardown errors are only acceptable when a fault was injected into teardown
+    for rnd, idx, err in r.teardown_errors:
+        injected = any(e.injected for e in unregs if r.teardown_start is not None
+                       and e.seq >= r.teardown_start)
+        if not injected:
+            out.append(Violation("teardown-raised", f"teardown #{rnd + 1} of "
+                                 f"{r.buffers[idx].spec.name} raised {_exc(err)}", 1 << 42))
+    out.sort(key=lambda v: v.seq)
+    return out
+
+
+def _explain_error(r: RunRecord, b: BufferRun) -> str:
+    assert b.error is not None
+    failing = [e for e in r.trace if e.api == "cudaHostRegister" and e.code
+               and b.seq_start <= e.seq < b.seq_end]
+    msg = f"register() of {b.spec.name} raised {_exc(b.error)}"
+    if failing:
+        e = failing[0]
+        size = int(e.args[1])
+        msg += (f"; cudaHostRegister({_where(r, int(e.args[0]))}, {size}) returned {e.code} "
+                f"({error_string(e.code or 0)})")
+        if e.code == 2 and r.per_call_limit is not None and size >= r.per_call_limit:
+            msg += (f": a single call of {size / GiB:.1f} GiB is at or above the "
+                    f"{r.per_call_limit // GiB} GiB per-call ceiling of R580+ drivers; chunk it")
+    return msg
+
+
+def _explain_transfer(r: RunRecord, t: Any) -> str:
+    msg = f"batch copy of every page failed with {t.code} ({error_string(t.code)})"
+    if t.failed_row is not None and r.geometry.has_page_meta:
+        ext = r.geometry.page_extents()
+        row = t.failed_row
+        name = r.geometry.buffers()[int(ext.buffer[row])].name
+        off, size = int(ext.offset[row]), int(ext.size[row])
+        regs = [e for e in r.trace if e.api == "cudaHostRegister" and e.code == 0]
+        base = next((x.base for x in r.buffers if x.index == int(ext.buffer[row])), 0)
+        seams = sorted(int(e.args[0]) - base for e in regs
+                       if base < int(e.args[0]) < base + off + size
+                       and int(e.args[0]) > base + off)
+        region = next((reg.name for reg in r.geometry.buffers()[int(ext.buffer[row])].regions
+                       if reg.offset <= off < reg.end), "")
+        where = f"page {int(ext.page[row])}" + (f" of the {region}" if region else "")
+        msg = (f"{where} of {name} [{off}, {off + size}) spans registrations at offset "
+               f"{seams[0] if seams else '?'}: cudaMemcpyBatchAsync returns {t.code} "
+               f"({error_string(t.code)})")
+    elif t.detail:
+        msg += f": {t.detail}"
+    return msg

@@ -1,0 +1,141 @@
+"""``kvreg run`` and ``kvreg list``: the catalog against an implementation, as a table or JSON.
+
+Exit codes (public contract): 0 all selected scenarios pass; 1 at least one fails; 2 usage
+error or invalid scenario file (the message names the file and field; no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, TextIO
+
+from .adapters import STYLES, Implementation, ImplementationError, make_implementation
+from .runner import ScenarioResult, run_scenario
+from .scenario import Scenario, ScenarioError, load_paths
+
+__all__ = ["add_parsers", "run_list", "run_run", "select", "summary"]
+
+
+def add_parsers(sub: Any) -> None:
+    run = sub.add_parser("run", help="run scenarios against an implementation (default: the "
+                                     "bundled catalog against kvreg's reference)")
+    run.add_argument("paths", nargs="*", type=Path, metavar="PATH",
+                     help="scenario files or folders (default: the bundled catalog)")
+    run.add_argument("--impl", metavar="SPEC", help="file.py:function or package.module:function")
+    run.add_argument("--teardown", metavar="SPEC", help="teardown function (default: "
+                                                        "'teardown' next to --impl)")
+    run.add_argument("--style", choices=[s for s in STYLES if s != "reference"],
+                     help="implementation style (default sglang)")
+    run.add_argument("--backend", choices=["fake", "cuda"], default="fake")
+    run.add_argument("-k", dest="keyword", metavar="TEXT", help="only scenarios whose id "
+                                                                 "contains TEXT")
+    run.add_argument("--json", metavar="FILE", help="write the JSON report ('-' for stdout)")
+    run.add_argument("--jobs", "-j", type=int, default=1, help="parallel worker processes")
+    run.add_argument("--trace", action="store_true", help="print the call trace of failures")
+    lst = sub.add_parser("list", help="list the scenarios (default: the bundled catalog)")
+    lst.add_argument("paths", nargs="*", type=Path, metavar="PATH")
+    lst.add_argument("-k", dest="keyword", metavar="TEXT")
+
+
+def select(scenarios: Sequence[Scenario], keyword: str | None) -> list[Scenario]:
+    if not keyword:
+        return list(scenarios)
+    return [s for s in scenarios if keyword in s.id]
+
+
+def summary(results: Sequence[ScenarioResult]) -> dict[str, int]:
+    count = {v: sum(1 for r in results if r.verdict == v) for v in ("pass", "fail", "error",
+                                                                      "skip")}
+    return {"total": len(results), "passed": count["pass"], "failed": count["fail"],
+            "errors": count["error"], "skipped": count["skip"]}
+
+
+def _worker(args: tuple[Scenario, Implementation]) -> ScenarioResult:
+    return run_scenario(*args)
+
+
+def _run_all(scenarios: list[Scenario], impl: Implementation, jobs: int,
+             progress: TextIO | None) -> list[ScenarioResult]:
+    results: list[ScenarioResult] = []
+    total = len(scenarios)
+
+    def tick(n: int) -> None:
+        if progress is not None:
+            progress.write(f"\r{n}/{total} scenarios")
+            progress.flush()
+
+    if jobs > 1 and total > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            for i, res in enumerate(pool.map(_worker, [(s, impl) for s in scenarios],
+                                             chunksize=4), 1):
+                results.append(res)
+                tick(i)
+    else:
+        for i, sc in enumerate(scenarios, 1):
+            results.append(run_scenario(sc, impl))
+            tick(i)
+    if progress is not None:
+        progress.write("\r" + " " * 30 + "\r")
+    return results
+
+
+def _table(results: Sequence[ScenarioResult], out: TextIO, show_trace: bool) -> None:
+    width = max((len(r.id) for r in results), default=10)
+    for r in results:
+        line = f"{r.id:<{width}}  {r.verdict.upper():<5}"
+        if r.verdict != "pass":
+            line += f"  {r.first_violation}"
+        out.write(line + "\n")
+        if show_trace and r.verdict == "fail" and r.trace_text:
+            out.write("    " + r.trace_text.replace("\n", "\n    ") + "\n")
+    s = summary(results)
+    out.write(f"\n{s['passed']} passed, {s['failed']} failed"
+              + (f", {s['errors']} errors" if s["errors"] else "")
+              + (f", {s['skipped']} skipped" if s["skipped"] else "") + "\n")
+
+
+def run_run(args: argparse.Namespace) -> int:
+    try:
+        impl = make_implementation(args.impl, args.teardown, args.style)
+        scenarios = select(load_paths(args.paths or None), args.keyword)
+    except (ImplementationError, ScenarioError) as exc:
+        print(f"kvreg run: error: {exc}", file=sys.stderr)
+        return 2
+    if args.backend == "cuda":
+        print("kvreg run: error: --backend cuda runs the real-hardware tier "
+              "(kvreg.realhw), which this installation does not provide yet", file=sys.stderr)
+        return 2
+    if not scenarios:
+        print("kvreg run: no scenario matches", file=sys.stderr)
+        return 2
+    progress = sys.stderr if sys.stderr.isatty() and not os.environ.get("CI") else None
+    results = _run_all(scenarios, impl, max(args.jobs, 1), progress)
+    doc = {"summary": summary(results), "scenarios": [r.as_dict() for r in results]}
+    if args.json == "-":
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        _table(results, sys.stdout, args.trace)
+        if args.json:
+            Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+    failed = doc["summary"]["failed"] + doc["summary"]["errors"]
+    return 1 if failed else 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    try:
+        scenarios = select(load_paths(args.paths or None), args.keyword)
+    except ScenarioError as exc:
+        print(f"kvreg list: error: {exc}", file=sys.stderr)
+        return 2
+    width = max((len(s.id) for s in scenarios), default=10)
+    for s in scenarios:
+        print(f"{s.id:<{width}}  {s.guards}")
+    print(f"\n{len(scenarios)} scenarios")
+    return 0

@@ -1,0 +1,319 @@
+"""Scenario files: the format, its validation, and loading (format version 1, TOML).
+
+A file describes one pool (type, parameters, memory kind) and a list of scenarios against
+it; each scenario says its size, limits, device profile, fault plan, what is exercised and
+what is expected, and which real failure it guards against. Every field is checked when
+the file is loaded; an error names the file, the field and what was expected, and nothing
+runs. The format is documented in scenarios/FORMAT.md.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvreg.fakes.faults import FaultPlan, FaultPlanError
+from kvreg.fakes.profile import PROFILES
+
+from .pools import POOL_TYPES, GeometryError, PoolGeometry, accepted_params, make_geometry
+
+__all__ = ["EXERCISES", "EXPECTATIONS", "FORMAT_VERSION", "Scenario", "ScenarioError",
+           "bundled_root", "discover", "load_file", "load_paths"]
+
+FORMAT_VERSION = 1
+GiB = 1 << 30
+EXERCISES = ("register", "transfers", "teardown")
+EXPECTATIONS = ("success", "rejected", "register-error")
+MEMORY = ("virtual", "real")
+STYLES = ("sglang", "generic", "mooncake")
+_SCENARIO_KEYS = {"name", "guards", "pages", "total_gib", "chunk_gb", "chunk_bytes",
+                  "profile", "faults", "exercise", "expect", "memory", "empty", "params",
+                  "call_budget", "tags", "backends"}
+_TOP_KEYS = {"format", "pool", "defaults", "scenario"}
+_POOL_KEYS = {"type", "params", "memory"}
+
+
+class ScenarioError(ValueError):
+    """An invalid scenario file: the message names the file, the field and the expectation."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One runnable scenario, fully resolved."""
+
+    id: str
+    file: Path
+    name: str
+    guards: str
+    pool_type: str
+    params: Mapping[str, Any]
+    memory: str
+    chunk_limit: int
+    profile: str
+    faults: tuple[Mapping[str, Any], ...]
+    exercise: tuple[str, ...]
+    expect: str
+    empty: bool = False
+    call_budget: int = 100_000
+    tags: tuple[str, ...] = ()
+    backends: tuple[str, ...] = ("fake", "cuda")
+
+    def geometry(self) -> PoolGeometry:
+        return make_geometry(self.pool_type, **dict(self.params))
+
+    @property
+    def pool(self) -> str:
+        layout = self.params.get("layout")
+        return f"{self.pool_type}/{layout}" if layout else self.pool_type
+
+
+@dataclass
+class _Ctx:
+    file: Path
+    where: str = ""
+    errors: list[str] = field(default_factory=list)
+
+    def fail(self, fieldname: str, expected: str, got: Any = None) -> None:
+        shown = "" if got is None else f"; got {got!r}"
+        self.errors.append(f"{self.file}: {self.where}{fieldname}: expected {expected}{shown}")
+
+
+def _int(ctx: _Ctx, data: Mapping[str, Any], key: str, *, minimum: int = 0) -> int | None:
+    if key not in data:
+        return None
+    value = data[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        ctx.fail(key, f"an integer >= {minimum}", value)
+        return None
+    return value
+
+
+def _number(ctx: _Ctx, data: Mapping[str, Any], key: str) -> float | None:
+    if key not in data:
+        return None
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        ctx.fail(key, "a positive number", value)
+        return None
+    return float(value)
+
+
+def _unknown(ctx: _Ctx, data: Mapping[str, Any], allowed: Iterable[str], what: str) -> None:
+    for key in data:
+        if key not in allowed:
+            ctx.fail(key, f"one of the {what} fields {sorted(allowed)} (unknown field)", None)
+
+
+def _chunk_limit(ctx: _Ctx, raw: Mapping[str, Any], defaults: Mapping[str, Any]) -> int:
+    """chunk_gb (whole GiB, like SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB) or chunk_bytes;
+    the scenario's own setting wins over [defaults]; 256 GiB (SGLang's default) otherwise."""
+    for level in (raw, defaults):
+        if "chunk_gb" in level and "chunk_bytes" in level:
+            ctx.fail("chunk_bytes", "either chunk_gb or chunk_bytes, not both", None)
+            return 256 * GiB
+        if "chunk_bytes" in level:
+            return _int(ctx, level, "chunk_bytes", minimum=1) or 1
+        if "chunk_gb" in level:
+            return (_int(ctx, level, "chunk_gb", minimum=1) or 1) * GiB
+    return 256 * GiB
+
+
+def _pages_for(pool_type: str, params: dict[str, Any], total: int) -> int:
+    """The page count whose pool is closest to ``total`` bytes without exceeding it."""
+    one = make_geometry(pool_type, **{**params, "page_num": 1}).total_nbytes
+    two = make_geometry(pool_type, **{**params, "page_num": 2}).total_nbytes
+    per_page = max(two - one, 1)
+    return max(1, (total - (one - per_page)) // per_page)
+
+
+def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
+             defaults: Mapping[str, Any], index: int, rel: str) -> Scenario | None:
+    ctx.where = f"scenario[{index}]."
+    if not isinstance(raw, Mapping):
+        ctx.fail("", "a table", raw)
+        return None
+    merged = {**defaults, **raw}
+    before = len(ctx.errors)
+    _unknown(ctx, raw, _SCENARIO_KEYS, "scenario")
+    name = merged.get("name")
+    if not isinstance(name, str) or not name or "/" in name:
+        ctx.fail("name", "a non-empty string without '/'", name)
+        name = f"#{index}"
+    ctx.where = f"scenario[{index}] ({name}): "
+    guards = merged.get("guards")
+    if not isinstance(guards, str) or len(guards.strip()) < 10:
+        ctx.fail("guards", "one line saying which real failure this guards against", guards)
+    pool_type = pool.get("type")
+    params = dict(pool.get("params", {}))
+    extra = merged.get("params", {})
+    if not isinstance(extra, Mapping):
+        ctx.fail("params", "a table of pool parameters", extra)
+        extra = {}
+    params.update(extra)
+    pages = _int(ctx, merged, "pages", minimum=1)
+    total_gib = _number(ctx, merged, "total_gib")
+    if pages is not None and total_gib is not None:
+        ctx.fail("pages", "either pages or total_gib, not both", None)
+    memory = merged.get("memory", pool.get("memory", "virtual"))
+    if memory not in MEMORY:
+        ctx.fail("memory", f"one of {list(MEMORY)}", memory)
+    limit = _chunk_limit(ctx, raw, defaults)
+    profile = merged.get("profile", "h200-r580")
+    if profile not in PROFILES:
+        ctx.fail("profile", f"one of {sorted(PROFILES)}", profile)
+    faults = merged.get("faults", [])
+    if not isinstance(faults, list) or not all(isinstance(f, Mapping) for f in faults):
+        ctx.fail("faults", "an array of tables", faults)
+        faults = []
+    else:
+        probe = FaultPlan()
+        for i, spec in enumerate(faults):
+            try:
+                probe.arm_from_dict(spec)
+            except FaultPlanError as exc:
+                ctx.fail(f"faults[{i}]", f"a valid fault ({exc})", None)
+    exercise = merged.get("exercise", ["register", "transfers", "teardown", "teardown"])
+    if not isinstance(exercise, list) or not exercise or \
+            any(step not in EXERCISES for step in exercise):
+        ctx.fail("exercise", f"a non-empty array of {list(EXERCISES)}", exercise)
+        exercise = []
+    elif exercise[0] != "register":
+        ctx.fail("exercise", "an array starting with 'register'", exercise)
+    expect = merged.get("expect", "success")
+    if expect not in EXPECTATIONS:
+        ctx.fail("expect", f"one of {list(EXPECTATIONS)}", expect)
+    empty = merged.get("empty", False)
+    if not isinstance(empty, bool):
+        ctx.fail("empty", "true or false", empty)
+    budget = _int(ctx, merged, "call_budget", minimum=1) or 100_000
+    tags = merged.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        ctx.fail("tags", "an array of strings", tags)
+        tags = []
+    backends = merged.get("backends", ["fake", "cuda"])
+    if not isinstance(backends, list) or not set(backends) <= {"fake", "cuda"} or not backends:
+        ctx.fail("backends", "a non-empty array of 'fake' and 'cuda'", backends)
+        backends = ["fake"]
+    if len(ctx.errors) > before or not isinstance(pool_type, str):
+        return None
+    try:
+        if pages is not None:
+            params["page_num"] = pages
+        elif total_gib is not None:
+            params["page_num"] = _pages_for(pool_type, params, int(total_gib * GiB))
+        elif "page_num" not in params:
+            ctx.fail("pages", "pages or total_gib (the pool's size)", None)
+            return None
+        make_geometry(pool_type, **params)
+    except GeometryError as exc:
+        ctx.fail("pool", f"a possible geometry ({exc})", None)
+        return None
+    return Scenario(id=f"{rel}/{name}", file=ctx.file, name=name, guards=str(guards).strip(),
+                    pool_type=pool_type, params=params, memory=str(memory), chunk_limit=limit,
+                    profile=str(profile), faults=tuple(dict(f) for f in faults),
+                    exercise=tuple(exercise), expect=str(expect), empty=bool(empty),
+                    call_budget=budget, tags=tuple(tags), backends=tuple(backends))
+
+
+def load_file(path: Path, root: Path | None = None) -> list[Scenario]:
+    """Load and validate one file; ScenarioError lists every problem found."""
+    path = Path(path)
+    ctx = _Ctx(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{path}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read: {exc.strerror}") from None
+    _unknown(ctx, data, _TOP_KEYS, "top-level")
+    if data.get("format") != FORMAT_VERSION:
+        ctx.fail("format", f"{FORMAT_VERSION} (the scenario format version)", data.get("format"))
+    pool = data.get("pool")
+    if not isinstance(pool, Mapping):
+        ctx.fail("pool", "a [pool] table", pool)
+        pool = {}
+    ctx.where = "pool."
+    _unknown(ctx, pool, _POOL_KEYS, "pool")
+    if pool.get("type") not in POOL_TYPES:
+        ctx.fail("type", f"one of {sorted(POOL_TYPES)}", pool.get("type"))
+    elif not isinstance(pool.get("params", {}), Mapping):
+        ctx.fail("params", "a table of pool parameters", pool.get("params"))
+    else:
+        accepted = accepted_params(str(pool["type"]))
+        for key in pool.get("params", {}):
+            if key not in accepted:
+                ctx.fail(f"params.{key}", f"a parameter of {pool['type']} ({sorted(accepted)})",
+                         None)
+    ctx.where = ""
+    defaults = data.get("defaults", {})
+    if not isinstance(defaults, Mapping):
+        ctx.fail("defaults", "a table", defaults)
+        defaults = {}
+    scenarios = data.get("scenario")
+    if not isinstance(scenarios, list) or not scenarios:
+        ctx.fail("scenario", "at least one [[scenario]] table", None)
+        scenarios = []
+    if ctx.errors:
+        raise ScenarioError("\n".join(ctx.errors))
+    rel = _relative_id(path, root)
+    out = []
+    for i, raw in enumerate(scenarios):
+        sc = _resolve(ctx, raw, pool, defaults, i, rel)
+        if sc is not None:
+            out.append(sc)
+    names = [s.name for s in out]
+    for dup in sorted({n for n in names if names.count(n) > 1}):
+        ctx.where = ""
+        ctx.fail("scenario.name", "names unique within a file", dup)
+    if ctx.errors:
+        raise ScenarioError("\n".join(ctx.errors))
+    return out
+
+
+def _relative_id(path: Path, root: Path | None) -> str:
+    stem = path.with_suffix("")
+    if root is not None:
+        try:
+            return stem.resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            pass
+    return f"{stem.parent.name}/{stem.name}"
+
+
+def bundled_root() -> Path:
+    """The folder of the scenario files shipped with kvreg."""
+    from importlib import resources
+
+    return Path(str(resources.files("kvreg.scenarios")))
+
+
+def discover(paths: Iterable[Path]) -> list[tuple[Path, Path]]:
+    """(file, root) for every .toml under the given files or folders, sorted."""
+    found: list[tuple[Path, Path]] = []
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            found += [(f, p) for f in sorted(p.rglob("*.toml"))]
+        elif p.exists():
+            found.append((p, p.parent))
+        else:
+            raise ScenarioError(f"{p}: no such file or folder")
+    return found
+
+
+def load_paths(paths: Iterable[Path] | None = None) -> list[Scenario]:
+    """Every scenario under ``paths`` (the bundled catalog when None); all files validated."""
+    targets = list(paths) if paths else [bundled_root()]
+    problems: list[str] = []
+    out: list[Scenario] = []
+    for file, root in discover(targets):
+        try:
+            out += load_file(file, root)
+        except ScenarioError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise ScenarioError("\n".join(problems))
+    return out
