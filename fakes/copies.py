@@ -42,7 +42,10 @@ class CopyFault:
     registrations: tuple[Pinned, ...]
 
     def describe(self) -> str:
-        where = f"copy {self.index}" if self.index >= 0 else "batch"
+        if self.index >= 0:
+            where = f"copy {self.index}"
+        else:
+            where = "batch" if self.side is HostSide.NONE else "copy"
         if self.side is HostSide.NONE:
             return f"{where}: {self.reason} ({E.error_name(self.code)})"
         regs = ", ".join(f"[{r.base:#x}, {r.end:#x})" for r in self.registrations)

@@ -396,6 +396,17 @@ class CudaBindingsFace(types.ModuleType):
         except (TypeError, OverflowError, ValueError):
             return np.array([_ptr(v) for v in head], np.uint64)
 
+    def _kvreg_check_args(self, api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Raise what the binding raises for these arguments, before a fault can fire."""
+        converters = _ARG_CHECKS.get(api)
+        if converters is None:
+            return
+        if len(args) != len(converters) or kwargs:
+            raise TypeError(f"{api}() takes exactly {len(converters)} positional argument"
+                            f"{'s' if len(converters) != 1 else ''} ({len(args)} given)")
+        for value, convert in zip(args, converters, strict=True):
+            convert(value)
+
     # -- everything else -------------------------------------------------------------------------
     def __getattr__(self, name: str) -> Any:
         real = self.__dict__.get("_real")
@@ -414,6 +425,29 @@ class CudaBindingsFace(types.ModuleType):
                 "see COVERAGE.md for what is modelled")
         raise AttributeError(f"module 'cuda.bindings.runtime' has no attribute '{name}'")
 
+
+def _size(value: Any) -> int:
+    return _unsigned(value, _U64, "size_t")
+
+
+def _uint(value: Any) -> int:
+    return _unsigned(value, _U32, "unsigned int")
+
+
+def _int_like(value: Any) -> int:
+    return int(value)
+
+
+# per-API argument conversions, in order (spec §9 conversion rules)
+_ARG_CHECKS: dict[str, tuple[Any, ...]] = {
+    "cudaHostRegister": (_ptr, _size, _uint), "cudaHostUnregister": (_ptr,),
+    "cudaHostAlloc": (_size, _uint), "cudaMallocHost": (_size,), "cudaFreeHost": (_ptr,),
+    "cudaMalloc": (_size,), "cudaFree": (_ptr,), "cudaPointerGetAttributes": (_ptr,),
+    "cudaHostGetDevicePointer": (_ptr, _uint), "cudaHostGetFlags": (_ptr,),
+    "cudaStreamDestroy": (_stream,), "cudaStreamSynchronize": (_stream,),
+    "cudaMemcpyAsync": (_ptr, _ptr, _size, _int_like, _stream),
+    "cudaSetDevice": (_int_like,), "cudaDeviceGetAttribute": (_int_like, _int_like),
+}
 
 _SNAPSHOT: frozenset[str] | None = None
 

@@ -72,6 +72,27 @@ ERRORS: dict[int, tuple[str, str]] = {
 
 UNRECOGNIZED = "unrecognized error code"  # spec §1, last row [OBS-local]
 
+
+def _load_full_table() -> dict[int, tuple[str, str]]:
+    """Every cudaError_t member with its string, read from cuda-bindings into data/ once.
+
+    The spec's table above holds the codes registration code meets; the full table lets
+    ``cudaGetErrorString(5)`` answer as the real runtime does instead of "unrecognized".
+    """
+    from importlib import resources
+
+    text = resources.files("kvreg.fakes").joinpath("data", "cuda_errors.tsv").read_text()
+    table = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            code, name, string = line.split("\t", 2)
+            table[int(code)] = (name, string)
+    return table
+
+
+SPEC_ERRORS = dict(ERRORS)
+ERRORS = {**_load_full_table(), **SPEC_ERRORS}
+
 SUCCESS = 0
 INVALID_VALUE = 1
 MEMORY_ALLOCATION = 2

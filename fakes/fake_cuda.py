@@ -120,7 +120,8 @@ class FakeCuda:
         """For the block, ``torch.cuda.cudart()`` and ``cuda.bindings.runtime`` reach this fake."""
         with ExitStack() as stack:
             if torch:
-                stack.enter_context(patch_torch_cudart(self.torch))
+                stack.enter_context(patch_torch_cudart(
+                    self.torch, env=self.profile.env, device_count=self.profile.device_count))
             if cuda_bindings:
                 stack.enter_context(patch_cuda_bindings(
                     self.runtime, legacy=self.profile.bindings_major == 12))

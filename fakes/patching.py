@@ -35,17 +35,41 @@ def patch_attr(obj: Any, name: str, value: Any) -> Iterator[None]:
             setattr(obj, name, old)
 
 
+# what a CUDA build of torch raises from torch.cuda.cudart() -> _lazy_init (spec §7)
+_TORCH_INIT_ERRORS = {
+    "no_driver": "Found no NVIDIA driver on your system. Please check that you have an NVIDIA "
+                 "GPU and installed a driver from http://www.nvidia.com/Download/index.aspx",
+    "no_gpu": "No CUDA GPUs are available",
+    "stub": "CUDA driver initialization failed, you might not have a CUDA gpu.",
+}
+
+
 @contextmanager
-def patch_torch_cudart(face: Any) -> Iterator[bool]:
-    """``torch.cuda.cudart()`` returns ``face``; yields False when torch is not installed."""
+def patch_torch_cudart(face: Any, *, env: str = "ok", device_count: int = 1) -> Iterator[bool]:
+    """``torch.cuda.cudart()`` returns ``face``; yields False when torch is not installed.
+
+    The fake stands for a CUDA build of torch on the profile's machine: with no driver or no
+    GPU, ``cudart()`` raises torch's RuntimeError, and ``is_available()`` /
+    ``device_count()`` answer for that machine.
+    """
     try:
         import torch
         import torch.cuda
     except ImportError:
         yield False
         return
+
+    def cudart() -> Any:
+        if env in _TORCH_INIT_ERRORS:
+            raise RuntimeError(_TORCH_INIT_ERRORS[env])
+        return face
+
     with ExitStack() as stack:
-        stack.enter_context(patch_attr(torch.cuda, "cudart", lambda: face))
+        stack.enter_context(patch_attr(torch.cuda, "cudart", cudart))
+        stack.enter_context(patch_attr(torch.cuda, "is_available",
+                                       lambda: env == "ok" and device_count > 0))
+        stack.enter_context(patch_attr(torch.cuda, "device_count",
+                                       lambda: device_count if env == "ok" else 0))
         # torch.cuda.check_error / CudaError read the module global _cudart
         stack.enter_context(patch_attr(torch.cuda, "_cudart", face))
         yield True

@@ -164,8 +164,14 @@ class Intercepted(types.ModuleType):
         seq = trace._seq
         get_ident = threading.get_ident
 
+        check_args = getattr(self._kvreg_target, "_kvreg_check_args", None)
+
         def call(*args: Any, **kwargs: Any) -> Any:
-            rule = plan.check(call_info(point, args, kwargs, resolve)) if rules else None
+            rule = None
+            if rules:
+                if check_args is not None:
+                    check_args(api, args, kwargs)   # a bad call raises before any fault
+                rule = plan.check(call_info(point, args, kwargs, resolve))
             if rule is None:
                 result = fn(*args, **kwargs)
                 rows.append((next(seq), face, api, args, code_of(result), result, False,

@@ -183,5 +183,32 @@ class TorchCudartFace(types.ModuleType):
     def cudaProfilerStop(self) -> TorchCudaError:
         return TorchCudaError(self._kvreg_runtime._init_error())
 
+    def _kvreg_check_args(self, api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Raise what the call itself would raise for these arguments (before a fault fires).
+
+        The recorder calls this before it consults the fault plan, so an armed fault never
+        answers a call the real binding rejects with TypeError.
+        """
+        if api == "cudaGetErrorString":
+            if len(args) != 1 or kwargs or not isinstance(args[0], TorchCudaError):
+                self.cudaGetErrorString(*args, **kwargs)   # raises the binding's TypeError
+            return
+        limits = _ARG_LIMITS.get(api)
+        if limits is None:
+            return
+        sig = f"({', '.join(f'arg{i}: int' for i in range(len(limits)))})"
+        if len(args) != len(limits) or kwargs:
+            shown = ", ".join(repr(a) for a in args)
+            raise TypeError(f"{api}(): incompatible function arguments. The following argument "
+                            f"types are supported:\n    1. {sig}\n\nInvoked with: {shown}")
+        _convert(api, sig, args, limits)
+
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"module '{_MODULE}' has no attribute '{name}'")
+
+
+_ARG_LIMITS: dict[str, tuple[int, ...]] = {
+    "cudaHostRegister": (_U64, _U64, _U32), "cudaHostUnregister": (_U64,),
+    "cudaStreamCreate": (_U64,), "cudaStreamDestroy": (_U64,), "cudaMemGetInfo": (_U32,),
+    "cudaProfilerStart": (), "cudaProfilerStop": (),
+}

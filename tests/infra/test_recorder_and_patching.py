@@ -129,3 +129,24 @@ def test_two_fakes_are_independent() -> None:
     assert b.torch.cudaHostUnregister(bb.data_ptr()) == 0
     assert a.torch.cudaHostUnregister(ba.data_ptr()) == 713
     assert a.torch.cudaHostUnregister(ba.data_ptr()) == 0
+
+
+@pytest.mark.parametrize("profile,message", [
+    ("no-driver", "Found no NVIDIA driver"), ("no-gpu", "No CUDA GPUs are available")])
+def test_torch_init_errors_under_env_profiles(profile: str, message: str) -> None:
+    # spec cuda-runtime.md §7: a CUDA build of torch without a usable GPU raises RuntimeError
+    fake = FakeCuda(profile)
+    with fake.patch():
+        assert torch.cuda.is_available() is False and torch.cuda.device_count() == 0
+        with pytest.raises(RuntimeError, match=message):
+            torch.cuda.cudart()
+        # cuda-python still answers with the init error code (spec §2.2, §9)
+        from cuda.bindings import runtime
+
+        assert int(runtime.cudaGetDeviceCount()[0]) in (35, 100)
+
+
+def test_torch_reports_the_fake_gpu_when_the_profile_has_one() -> None:
+    fake = FakeCuda()
+    with fake.patch():
+        assert torch.cuda.is_available() is True and torch.cuda.device_count() == 1
