@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import functools
 import random
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -21,7 +22,7 @@ from typing import Any
 from . import errors as E
 
 __all__ = ["FAULT_POINTS", "CallInfo", "FaultPlan", "FaultPlanError", "FaultRule",
-           "register_points"]
+           "error_name_for", "register_points"]
 
 
 class FaultPlanError(ValueError):
@@ -34,9 +35,35 @@ FAULT_POINTS: dict[str, frozenset[int] | None] = {
 }
 
 
-def register_points(points: Mapping[str, frozenset[int] | None]) -> None:
-    """Let another fake family (verbs, mooncake) declare its points and valid codes."""
+# point -> (name or code -> code, code -> name); points not listed use the CUDA error table
+_RESOLVERS: dict[str, tuple[Callable[[Any], int], Callable[[int], str]]] = {}
+
+
+def register_points(points: Mapping[str, frozenset[int] | None], *,
+                    code_for: Callable[[Any], int] | None = None,
+                    error_name: Callable[[int], str] | None = None) -> None:
+    """Let another fake family (verbs, mooncake) declare its points and valid codes.
+
+    ``code_for``/``error_name`` say how that family names its codes (errno names such as
+    "EINVAL" for verbs, ErrorCode names such as "TRANSFER_FAIL" for Mooncake); without them
+    the CUDA error table is used.
+    """
     FAULT_POINTS.update(points)
+    if code_for is not None:
+        for point in points:
+            _RESOLVERS[point] = (code_for, error_name or str)
+
+
+def _resolver(point: str) -> tuple[Callable[[Any], int], Callable[[int], str]]:
+    return _RESOLVERS.get(point, (E.code_for, E.error_name))
+
+
+def error_name_for(point: str, code: int) -> str:
+    """The name of ``code`` in the family of ``point`` (a point or a ``*`` pattern)."""
+    for known in FAULT_POINTS:
+        if known == point or fnmatch.fnmatchcase(known, point):
+            return _resolver(known)[1](code)
+    return E.error_name(code)
 
 
 @dataclass(frozen=True)
@@ -73,6 +100,8 @@ class FaultRule:
     calls: int = 0
     fired: int = 0
     _rng: random.Random | None = field(default=None, repr=False)
+    # an error given by name applies only to the points whose family knows that name
+    only: frozenset[str] | None = None
 
     def matches_point(self, point: str) -> bool:
         return point == self.point or fnmatch.fnmatchcase(point, self.point)
@@ -80,6 +109,8 @@ class FaultRule:
     def applies_to(self, point: str) -> bool:
         """A group rule skips APIs that cannot return its code."""
         if not self.matches_point(point):
+            return False
+        if self.only is not None and point not in self.only:
             return False
         if self.error is None:
             return True
@@ -107,7 +138,7 @@ class FaultRule:
         if self.raise_ is not None:
             action = f"raise {self.raise_!r}"
         elif self.error is not None:
-            action = f"return {E.error_name(self.error)} ({self.error})"
+            action = f"return {error_name_for(self.point, self.error)} ({self.error})"
         else:
             action = "pass through"
         if self.delay:
@@ -151,17 +182,18 @@ class FaultPlan:
         """Arm a fault; every argument is checked before the plan changes."""
         matched = self._matching_points(point)
         code: int | None = None
+        only: frozenset[str] | None = None
         if error is not None:
-            try:
-                code = E.code_for(error)
-            except (TypeError, ValueError) as exc:
-                raise FaultPlanError(f"fault on {point!r}: {exc}") from None
-            valid = [p for p in matched if FAULT_POINTS[p] is None or code in FAULT_POINTS[p]]
+            code, only = self._resolve_error(point, matched, error)
+            candidates = sorted(only) if only is not None else matched
+            valid = [p for p in candidates
+                     if (codes := FAULT_POINTS[p]) is None or code in codes]
             if not valid:
-                allowed = sorted(set().union(*(FAULT_POINTS[p] or () for p in matched)))
-                names = ", ".join(f"{c} {E.error_name(c)}" for c in allowed)
+                allowed = sorted(set().union(*(FAULT_POINTS[p] or () for p in candidates)))
+                name = error_name_for(candidates[0], code)
+                names = ", ".join(f"{c} {error_name_for(candidates[0], c)}" for c in allowed)
                 raise FaultPlanError(
-                    f"{point} cannot return {code} ({E.error_name(code)}); "
+                    f"{point} cannot return {code} ({name}); "
                     f"codes it can really return: {names}")
             if code == 0:
                 raise FaultPlanError(f"fault on {point!r}: error 0 is success, not a fault")
@@ -184,7 +216,7 @@ class FaultPlan:
         if delay < 0:
             raise FaultPlanError(f"fault on {point!r}: delay must be >= 0")
         rule = FaultRule(point, code, raise_, float(delay), nth, after, times, predicate,
-                         probability, seed)
+                         probability, seed, only=only)
         if probability is not None:
             rule._rng = random.Random(seed)
         with self._lock:
@@ -233,6 +265,31 @@ class FaultPlan:
         return [r.describe() for r in self._rules]
 
     @staticmethod
+    def _resolve_error(point: str, matched: list[str],
+                       error: Any) -> tuple[int, frozenset[str] | None]:
+        """A code from an int, an enum or a name in the family of the matched points."""
+        if not isinstance(error, str):
+            try:
+                return E.code_for(error), None
+            except (TypeError, ValueError) as exc:
+                raise FaultPlanError(f"fault on {point!r}: {exc}") from None
+        by_point: dict[str, int] = {}
+        problems: list[str] = []
+        for p in matched:
+            try:
+                by_point[p] = _resolver(p)[0](error)
+            except (TypeError, ValueError) as exc:
+                problems.append(str(exc))
+        if not by_point:
+            raise FaultPlanError(f"fault on {point!r}: {problems[0]}")
+        codes = set(by_point.values())
+        if len(codes) > 1:
+            raise FaultPlanError(f"fault on {point!r}: error name {error!r} means different "
+                                 f"codes in the matched families ({sorted(codes)}); "
+                                 "narrow the point")
+        return codes.pop(), frozenset(by_point)
+
+    @staticmethod
     def _matching_points(point: str) -> list[str]:
         if not isinstance(point, str) or not point:
             raise FaultPlanError(f"a fault point must be a non-empty str, got {point!r}")
@@ -258,7 +315,7 @@ def _predicate_from(when: Mapping[str, Any]) -> Callable[[CallInfo], bool]:
     }
     for key, value in when.items():
         if key == "buffer":
-            tests.append(lambda c, v=value: c.buffer == v)
+            tests.append(functools.partial(_buffer_is, value))
             continue
         if key not in ops:
             raise FaultPlanError(f"unknown 'when' condition {key!r}; known: "
@@ -266,8 +323,16 @@ def _predicate_from(when: Mapping[str, Any]) -> Callable[[CallInfo], bool]:
         if not isinstance(value, int) or isinstance(value, bool):
             raise FaultPlanError(f"'when.{key}' must be an int, got {value!r}")
         op = ops[key]
-        tests.append(lambda c, op=op, v=value: op(c, v))
+        tests.append(functools.partial(_op_holds, op, value))
     return lambda c: all(t(c) for t in tests)
+
+
+def _buffer_is(name: Any, c: CallInfo) -> bool:
+    return bool(c.buffer == name)
+
+
+def _op_holds(op: Callable[[CallInfo, int], bool], value: int, c: CallInfo) -> bool:
+    return op(c, value)
 
 
 def call_info(point: str, args: tuple[Any, ...], kwargs: Mapping[str, Any],

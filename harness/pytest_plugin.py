@@ -15,6 +15,8 @@ import pytest
 
 if TYPE_CHECKING:
     from kvreg.fakes.fake_cuda import FakeCuda
+    from kvreg.fakes.mooncake import FakeMooncake
+    from kvreg.fakes.verbs import Fabric
 
 MARKERS = {
     "kvreg_allow_leaks": "kvreg_allow_leaks: the test may end with host registrations still "
@@ -25,6 +27,8 @@ MARKERS = {
                  "--kvreg-require-hw)",
     "kvreg_rdma": "kvreg_rdma: needs a real RDMA device (skipped without one unless "
                   "--kvreg-require-hw)",
+    "kvreg_mooncake": "kvreg_mooncake(profile): the Mooncake profile fake_mooncake emulates "
+                      "('released' or 'head'; default 'released')",
 }
 
 _FAKES_ATTR = "_kvreg_fakes"
@@ -78,6 +82,43 @@ def fake_cudart(request: pytest.FixtureRequest) -> Iterator[FakeCuda]:
     fakes.append(fake)
     with fake.patch():
         yield fake
+
+
+@pytest.fixture
+def fake_verbs(request: pytest.FixtureRequest) -> Iterator[Fabric]:
+    """A fresh fake RDMA fabric; ``import pyverbs`` (and its submodules) reach it.
+
+    One node (``node0``) with one mlx5 NIC (``mlx5_0``). Offers ``add_device(name, profile,
+    **attrs)`` (a new NIC, or DeviceAttr overrides of an existing one), ``trace``,
+    ``faults``/``inject(api, nth=, error=)``, ``live_mrs()`` and ``add_node``. The test
+    fails if MRs are still registered at its end, unless it is marked
+    ``kvreg_allow_leaks``.
+    """
+    from kvreg.fakes.verbs import Fabric
+
+    fabric = Fabric(devices={"mlx5_0": "mlx5"})
+    request.node.__dict__.setdefault(_FAKES_ATTR, []).append(fabric)
+    with fabric.patch():
+        yield fabric
+
+
+@pytest.fixture
+def fake_mooncake(request: pytest.FixtureRequest) -> Iterator[FakeMooncake]:
+    """A fresh fake Mooncake deployment; ``mooncake.store.MooncakeDistributedStore`` is it.
+
+    The profile comes from ``@pytest.mark.kvreg_mooncake("head")`` (default ``released``).
+    Offers ``store()``, ``track(buffer)``, ``virtual(...)``, ``inject(api, ...)``,
+    ``fabric`` (its NICs and MRs) and ``trace``. The test fails if a registered buffer is
+    never unregistered, unless it is marked ``kvreg_allow_leaks``; stores are closed after.
+    """
+    from kvreg.fakes.mooncake import FakeMooncake
+
+    marker = request.node.get_closest_marker("kvreg_mooncake")
+    fake = FakeMooncake(marker.args[0] if marker and marker.args else "released")
+    request.node.__dict__.setdefault(_FAKES_ATTR, []).append(fake)
+    with fake.patch():
+        yield fake
+    fake.close_all()
 
 
 @pytest.hookimpl(wrapper=True)

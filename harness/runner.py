@@ -10,6 +10,7 @@ is restored whatever happens. A call budget stops implementations that loop.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -81,6 +82,28 @@ def _env(name: str, value: str | None) -> Iterator[None]:
             os.environ[name] = old
 
 
+class _LogCapture(logging.Handler):
+    """Keep what the implementation logs: "errors only logged" is a bug kvreg names."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextmanager
+def _capture_logs() -> Iterator[list[str]]:
+    handler = _LogCapture()
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield handler.messages
+    finally:
+        root.removeHandler(handler)
+
+
 @contextmanager
 def _wall_guard(seconds: int) -> Iterator[None]:
     """SIGALRM-based stop for pure-Python loops (main thread only; a no-op elsewhere)."""
@@ -138,7 +161,9 @@ def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False
                        [], exercised=sc.exercise)
     chunk_gb = str(sc.chunk_limit // GiB) if sc.chunk_limit % GiB == 0 else None
     try:
-        with fake.patch(), _env(ENV_CHUNK_GB, chunk_gb), _wall_guard(WALL_LIMIT_S):
+        with fake.patch(), _env(ENV_CHUNK_GB, chunk_gb), _wall_guard(WALL_LIMIT_S), \
+                _capture_logs() as logs:
+            record.logs = logs
             cudart = fake.torch
             # 1. register every buffer, as the pool constructor does; stop at the first error
             for b in runs:

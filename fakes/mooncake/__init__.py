@@ -1,0 +1,24 @@
+"""kvreg.fakes.mooncake: a fake Mooncake Store on the fake RDMA fabric (mooncake-verbs.md §1).
+
+``FakeMooncake(profile)`` — ``"released"`` (≤ v0.3.12.post1) or ``"head"`` — builds
+``MooncakeDistributedStore`` objects whose methods return what the real binding returns
+(negative ``ErrorCode`` ints, never exceptions), whose ``register_buffer`` makes MRs on the
+node's fake NICs, and whose put/get really move bytes between tracked real buffers. Fault
+points: ``mooncake.setup``, ``mooncake.register_buffer``, ``mooncake.unregister_buffer``,
+``mooncake.put`` and ``mooncake.get`` (checked once per key), ``mooncake.is_exist``,
+``mooncake.remove``.
+"""
+
+from __future__ import annotations
+
+from .config import MooncakeHostMemAllocator, ReplicateConfig
+from .errors import ErrorCode, TeError
+from .fake import Cluster, FakeMooncake, LiveBuffer
+from .profiles import STORE_PROFILES, StoreProfile, get_store_profile
+from .store import MooncakeDistributedStore
+from .transfer_engine import FakeTransferEngine, store_slices, te_slices
+
+__all__ = ["STORE_PROFILES", "Cluster", "ErrorCode", "FakeMooncake", "FakeTransferEngine",
+           "LiveBuffer", "MooncakeDistributedStore", "MooncakeHostMemAllocator",
+           "ReplicateConfig", "StoreProfile", "TeError", "get_store_profile", "store_slices",
+           "te_slices"]

@@ -1,0 +1,176 @@
+"""``FakeMooncake``: a Mooncake deployment on a fake fabric, with one trace and one plan.
+
+It owns (or shares) a :class:`~kvreg.fakes.verbs.Fabric`, so a store's ``register_buffer``
+becomes MRs on the node's NICs (honouring ``MC_MAX_MR_SIZE`` and each device's
+``max_mr_size``, §1.6), verbs faults (``verbs.reg_mr``) reach the store, and the trace
+shows the store calls and the MRs they made side by side. Stores that name the same
+``master_server_addr`` share one object space, so a put on one node can be read on
+another. ``patch()`` makes ``from mooncake.store import MooncakeDistributedStore`` give
+this fake's class. Nothing is global: every instance is independent.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..address_space import VirtualTensor
+from ..faults import FaultRule
+from ..verbs.fabric import Fabric, Node
+from ..verbs.modules import patch_modules
+from .config import ReplicateConfig, bind_allocator, bind_to_numa_node
+from .errors import ErrorCode, error_name
+from .profiles import StoreProfile, get_store_profile
+from .session import StoredObject
+from .store import MooncakeDistributedStore, bind_store
+
+__all__ = ["Cluster", "FakeMooncake", "LiveBuffer"]
+
+
+@dataclass(eq=False)
+class Cluster:
+    """The objects behind one master address."""
+
+    master: str
+    objects: dict[str, StoredObject] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LiveBuffer:
+    """A ``register_buffer`` never unregistered, for leak reports."""
+
+    node: str
+    base: int
+    size: int
+    buffer: str | None
+    offset: int | None
+
+    def describe(self) -> str:
+        where = f" ({self.buffer} + {self.offset:#x})" if self.buffer is not None else ""
+        return f"{self.node}: [{self.base:#x}, {self.base + self.size:#x}) {self.size} bytes{where}"
+
+
+def _name(api: str, code: int) -> str:
+    return error_name(code) if code <= 0 else "bytes"
+
+
+class FakeMooncake:
+    """A fake Mooncake Store deployment (``profile``: ``"released"`` or ``"head"``)."""
+
+    def __init__(self, profile: str | StoreProfile | None = None, *,
+                 fabric: Fabric | None = None, node: str = "node0",
+                 devices: Mapping[str, str] | None = None,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.profile = get_store_profile(profile)
+        self.fabric = fabric if fabric is not None else Fabric(())
+        if node not in self.fabric.nodes:
+            self.fabric.add_node(node)
+        self.node_name = node
+        host = self.fabric.node(node)
+        if devices is not None:
+            for name, nic_profile in devices.items():
+                self.fabric.add_device(name, nic_profile, node=node)
+        elif not host.nics:
+            self.fabric.add_device("mlx5_0", "mlx5", node=node)
+        self.trace = self.fabric.trace
+        self.trace.namers["mooncake"] = _name
+        self.faults = self.fabric.faults
+        self._env = env
+        self.clusters: dict[str, Cluster] = {}
+        self.stores: list[MooncakeDistributedStore] = []
+        self._classes: dict[str, type[MooncakeDistributedStore]] = {}
+
+    # -- building blocks ------------------------------------------------------------------
+    def env(self) -> Mapping[str, str]:
+        """The environment ``setup`` reads (MC_MAX_MR_SIZE, MC_SLICE_SIZE): os.environ unless
+        one was given."""
+        return self._env if self._env is not None else os.environ
+
+    def cluster(self, master: str) -> Cluster:
+        return self.clusters.setdefault(master, Cluster(master))
+
+    def node(self, name: str | None = None) -> Node:
+        return self.fabric.node(name or self.node_name)
+
+    def store_class(self, node: str | None = None) -> type[MooncakeDistributedStore]:
+        """``MooncakeDistributedStore`` as code on ``node`` imports it."""
+        name = node or self.node_name
+        self.fabric.node(name)
+        if name not in self._classes:
+            self._classes[name] = bind_store(self, name)
+        return self._classes[name]
+
+    def store(self, node: str | None = None) -> MooncakeDistributedStore:
+        """A new (not yet set up) store object on ``node``."""
+        return self.store_class(node)()
+
+    def track(self, obj: Any, *, name: str = "", node: str | None = None) -> Any:
+        """Tell the node about a real buffer, so puts and gets copy its bytes."""
+        return self.node(node).track(obj, name=name)
+
+    def virtual(self, shape: Sequence[int] | int, dtype: Any = "uint8", *, name: str = "",
+                node: str | None = None) -> VirtualTensor:
+        """A virtual buffer (no RAM): registration and size checks, no bytes."""
+        return self.node(node).virtual(shape, dtype, name=name)
+
+    # -- faults ---------------------------------------------------------------------------
+    def inject(self, api: str, *, nth: int | None = None, error: int | str | Any = None,
+               **kwargs: Any) -> FaultRule:
+        """Arm a fault: ``fake.inject("put", nth=2, error="TRANSFER_FAIL")``."""
+        point = api if "." in api or api == "*" else f"mooncake.{api}"
+        if error is None and "raise_" not in kwargs and "delay" not in kwargs:
+            error = int(ErrorCode.INVALID_PARAMS)
+        return self.faults.arm(point, error=error, nth=nth, **kwargs)
+
+    # -- reports --------------------------------------------------------------------------
+    def live_buffers(self) -> list[LiveBuffer]:
+        """Every ``register_buffer`` of an open store that was never unregistered."""
+        out = []
+        for store in self.stores:
+            client = store.client
+            if client is None:
+                continue
+            node = client.te.node
+            for base, size in sorted(client.buffers.items()):
+                hit = node.resolve(base)
+                out.append(LiveBuffer(node.name, base, size, hit[0] if hit else None,
+                                      hit[1] if hit else None))
+        return out
+
+    def leak_report(self) -> str:
+        """Empty when every registered buffer was unregistered (or its store closed)."""
+        live = self.live_buffers()
+        if not live:
+            return ""
+        lines = [f"{len(live)} Mooncake buffer(s) still registered (never unregistered):"]
+        lines += [f"  {b.describe()}" for b in live]
+        return "\n".join(lines)
+
+    def close_all(self) -> None:
+        """Close every store (tearDownAll), as process exit would."""
+        for store in self.stores:
+            store.close()
+
+    # -- activation -----------------------------------------------------------------------
+    def modules(self, node: str | None = None) -> dict[str, types.ModuleType]:
+        """``mooncake`` and ``mooncake.store`` as code on ``node`` sees them."""
+        host = self.node(node)
+        store_mod = types.ModuleType("mooncake.store", "kvreg fake of mooncake.store")
+        store_mod.MooncakeDistributedStore = self.store_class(host.name)  # type: ignore[attr-defined]
+        store_mod.ReplicateConfig = ReplicateConfig  # type: ignore[attr-defined]
+        store_mod.MooncakeHostMemAllocator = bind_allocator(host)  # type: ignore[attr-defined]
+        store_mod.bind_to_numa_node = bind_to_numa_node  # type: ignore[attr-defined]
+        pkg = types.ModuleType("mooncake", "kvreg fake of the mooncake package")
+        pkg.__path__ = []
+        pkg.store = store_mod  # type: ignore[attr-defined]
+        return {"mooncake": pkg, "mooncake.store": store_mod}
+
+    @contextmanager
+    def patch(self, node: str | None = None) -> Iterator[FakeMooncake]:
+        """For the block, ``from mooncake.store import MooncakeDistributedStore`` is the fake."""
+        with patch_modules(self.modules(node), "mooncake"):
+            yield self

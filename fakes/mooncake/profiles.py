@@ -1,0 +1,103 @@
+"""Mooncake behaviour profiles: ``released`` (≤ v0.3.12.post1) and ``head`` (§1.6, §6.1).
+
+Released versions reject a ``register_buffer`` above the MR limit with -600 for every
+protocol and need every transfer slice inside one registration (a straddling slice fails
+the transfer with TRANSFER_FAIL). HEAD splits big registrations into ≤ max_mr_size MRs
+itself and splits slices at MR seams, so straddling works. Points the spec marks
+[uncertain] or [inferred] are fields with a conservative default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+from ..verbs.enums import ibv_access_flags as F
+
+__all__ = ["STORE_PROFILES", "StoreProfile", "get_store_profile"]
+
+TiB = 1 << 40
+_ALL_PROTOCOLS = frozenset({"rdma", "tcp", "efa", "cxi"})
+
+
+@dataclass(frozen=True)
+class StoreProfile:
+    """What one Mooncake version does with registrations and transfer slices."""
+
+    name: str
+    version: str
+    description: str
+    # §1.6: GlobalConfig::max_mr_size default 0x10000000000 (1 TiB)
+    max_mr_size_default: int = TiB
+    # §1.6: MC_MAX_MR_SIZE is read from v0.3.11 on (absent in v0.3.10 and earlier)
+    reads_mc_max_mr_size: bool = True
+    # §1.6: protocols whose register_buffer/local_buffer_size is checked against
+    # max_mr_size by the store (released: all; HEAD #3486: efa and cxi only)
+    store_limit_protocols: frozenset[str] = _ALL_PROTOCOLS
+    # §1.6: HEAD (#2644) auto-splits a registration into <= max_mr_size MRs per device;
+    # released versions register one MR per device and, via the TE API only, silently
+    # shrink it to max_mr_size while advertising the full length
+    te_splits_mrs: bool = False
+    # §1.7: HEAD (#3198) splits slices at MR seams; released needs each slice in one buffer
+    slices_split_at_mr_seams: bool = False
+    # §1.5: access of a store register_buffer. Released: always LOCAL_WRITE|REMOTE_WRITE|
+    # REMOTE_READ; HEAD (#3151): LOCAL_WRITE only (no rkey published)
+    user_buffer_access: int = int(F.IBV_ACCESS_LOCAL_WRITE | F.IBV_ACCESS_REMOTE_WRITE |
+                                  F.IBV_ACCESS_REMOTE_READ)
+    # §1.5: RELAXED_ORDERING is added when PCIe RO is on (MC_IB_PCI_RELAXED_ORDERING);
+    # the docs say it is on by default at HEAD [doc]
+    relaxed_ordering: bool = False
+    # §1.7: MC_SLICE_SIZE (default 65536) and the fragment a last slice absorbs (16384)
+    slice_size: int = 65536
+    fragment_limit: int = 16384
+    # [uncertain] §1.7 says the last slice absorbs a tail "of up to" fragment_limit: True
+    # reads that as <=, False as <
+    tail_absorb_inclusive: bool = True
+    # §1.3: the store cuts a user buffer into slices of kMaxSliceSize = 16 MiB - 16 bytes
+    max_slice_size: int = (1 << 24) - 16
+    # §1.3 [inferred]: with MC_STORE_MEMCPY=1 an unregistered buffer can still "work";
+    # conservative default: off (unregistered buffers fail with TRANSFER_FAIL)
+    store_memcpy: bool = False
+    # §1.3 [verified in an SGLang test comment]: duplicate keys in one batch alias silently.
+    # [uncertain] which occurrence wins: "last" (a later map insert overwrites) by default
+    duplicate_key_winner: Literal["last", "first"] = "last"
+    notes: Mapping[str, str] = field(default_factory=dict)
+
+    def replace(self, **changes: Any) -> StoreProfile:
+        """A copy with some fields changed; unknown fields raise TypeError naming them."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise TypeError(f"unknown StoreProfile field(s): {', '.join(sorted(unknown))}")
+        return dataclasses.replace(self, **changes)
+
+
+_PROFILES = [
+    StoreProfile(
+        "released", "v0.3.12.post1",
+        "Released Mooncake (v0.3.11 ... v0.3.12.post1): the store rejects a buffer above the "
+        "MR limit with -600; a slice straddling two registrations fails with -800"),
+    StoreProfile(
+        "head", "3b5a594 (2026-08-22)",
+        "Mooncake HEAD: the transfer engine splits big registrations into MRs and splits "
+        "slices at MR seams; only efa/cxi keep a store-level limit",
+        store_limit_protocols=frozenset({"efa", "cxi"}), te_splits_mrs=True,
+        slices_split_at_mr_seams=True, user_buffer_access=int(F.IBV_ACCESS_LOCAL_WRITE),
+        relaxed_ordering=True),
+]
+
+STORE_PROFILES: Mapping[str, StoreProfile] = MappingProxyType({p.name: p for p in _PROFILES})
+
+
+def get_store_profile(profile: str | StoreProfile | None = None) -> StoreProfile:
+    """A profile by name (default ``released``), or the profile given."""
+    if isinstance(profile, StoreProfile):
+        return profile
+    name = profile or "released"
+    try:
+        return STORE_PROFILES[name]
+    except KeyError:
+        raise ValueError(f"unknown Mooncake profile {name!r}; known: "
+                         f"{', '.join(STORE_PROFILES)}") from None

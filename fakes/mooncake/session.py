@@ -1,0 +1,363 @@
+"""The store client's behaviour behind the binding: setup, registration, put/get, batches.
+
+Each rule cites mooncake-verbs.md. ``MooncakeDistributedStore`` (``store.py``) checks
+argument types as pybind would and delegates here; every call lands in the fabric's trace
+(face ``mooncake:<node>``) and goes through the fault plan (points ``mooncake.*``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..verbs import memory
+from ..verbs.enums import ibv_access_flags as F
+from ..verbs.fabric import Nic, Node
+from .config import ReplicateConfig
+from .errors import ErrorCode
+from .transfer_engine import FakeTransferEngine
+
+if TYPE_CHECKING:
+    from .fake import Cluster, FakeMooncake
+
+__all__ = ["Client", "Session", "StoredObject", "atoll"]
+
+OK = 0
+INVALID = int(ErrorCode.INVALID_PARAMS)
+NOT_FOUND = int(ErrorCode.OBJECT_NOT_FOUND)
+TRANSFER_FAIL = int(ErrorCode.TRANSFER_FAIL)
+PROTOCOLS = ("rdma", "tcp", "efa", "cxi")
+Parts = Sequence[tuple[int, int]]
+
+
+@dataclass
+class StoredObject:
+    """A stored value: its size, and its bytes (None when it was put from virtual memory)."""
+
+    size: int
+    data: bytes | None
+
+
+@dataclass(eq=False)
+class Client:
+    """What ``setup`` builds (the RealClient): engine, cluster, registered buffers."""
+
+    hostname: str
+    protocol: str
+    te: FakeTransferEngine
+    cluster: Cluster
+    max_mr_size: int
+    buffers: dict[int, int] = field(default_factory=dict)   # registered_buffer_sizes_
+    internal: list[int] = field(default_factory=list)       # segments, local buffer
+    reserved: list[int] = field(default_factory=list)       # virtual memory setup reserved
+
+
+def atoll(text: str | None) -> int:
+    """C ``atoll``: the leading integer of the string, 0 if there is none (§1.6)."""
+    m = re.match(r"\s*([+-]?\d+)", text or "")
+    return int(m.group(1)) if m else 0
+
+
+def _setup_args(local_hostname: str, metadata_server: str, global_segment_size: int,
+                local_buffer_size: int, protocol: str, rdma_devices: str,
+                master_server_addr: str, engine: Any = None, enable_ssd_offload: bool = False,
+                ssd_offload_path: str = "", tenant_id: str = "default",
+                enable_client_http_server: bool = False, client_http_port: int = 9300) -> None:
+    """The positional ``setup`` overload's signature (§1.2): the first 7 are required."""
+
+
+_SETUP = inspect.signature(_setup_args)
+
+
+class Session:
+    """One store object's state; ``client`` is None before setup and after close."""
+
+    def __init__(self, fake: FakeMooncake, node: Node) -> None:
+        self.fake = fake
+        self.node = node
+        self.client: Client | None = None
+        self.face = f"mooncake:{node.name}"
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _record(self, api: str, args: tuple[Any, ...], code: int | None,
+                injected: bool = False) -> None:
+        self.fake.fabric.trace.append(self.face, api, args, code, code, injected)
+
+    def _fault(self, point: str, api: str, args: tuple[Any, ...]) -> int | None:
+        return self.fake.fabric.check_fault(f"mooncake.{point}", self.face, api, args,
+                                            self.node)
+
+    def _done(self, api: str, args: tuple[Any, ...], code: int,
+              injected: bool = False) -> int:
+        self._record(api, args, code, injected)
+        return code
+
+    # -- setup / close ----------------------------------------------------------------------
+    def setup(self, *args: Any, **kwargs: Any) -> int:
+        try:
+            bound = _SETUP.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"setup(): incompatible function arguments: {exc}") from None
+        a = bound.arguments
+        return self._setup(str(a["local_hostname"]), int(a["global_segment_size"]),
+                           int(a["local_buffer_size"]), str(a["protocol"]),
+                           str(a["rdma_devices"]), str(a["master_server_addr"]))
+
+    def setup_from_dict(self, config: Mapping[str, Any]) -> int:
+        """The dict overload: values are stringified; two keys are required (§1.2)."""
+        cfg = {str(k): str(v) for k, v in config.items()}
+        if "local_hostname" not in cfg or "metadata_server" not in cfg:
+            return self._done("setup", (dict(cfg),), INVALID)
+        return self._setup(cfg["local_hostname"],
+                           atoll(cfg.get("global_segment_size", str(16 << 20))),
+                           atoll(cfg.get("local_buffer_size", str(16 << 20))),
+                           cfg.get("protocol", "tcp"), cfg.get("rdma_devices", ""),
+                           cfg.get("master_server_addr", "127.0.0.1:50051"))
+
+    def _devices(self, protocol: str, rdma_devices: str) -> list[Nic] | None:
+        if protocol == "tcp":
+            return []
+        names = [n.strip() for n in rdma_devices.split(",") if n.strip()]
+        if not names:
+            return list(self.node.nics.values()) or None   # auto-discovery
+        if any(n not in self.node.nics for n in names):
+            return None                                    # [inferred] unknown HCA
+        return [self.node.nics[n] for n in names]
+
+    def _setup(self, hostname: str, gseg: int, lbuf: int, protocol: str, rdma_devices: str,
+               master: str) -> int:
+        args = (hostname, gseg, lbuf, protocol, rdma_devices, master)
+        injected = self._fault("setup", "setup", args)
+        if injected is not None:
+            return self._done("setup", args, injected, True)
+        profile = self.fake.profile
+        devices = self._devices(protocol, rdma_devices)
+        if self.client is not None or protocol not in PROTOCOLS or devices is None:
+            return self._done("setup", args, INVALID)
+        env = self.fake.env()
+        # §1.6: 1 TiB, or MC_MAX_MR_SIZE (v0.3.11+, atoll, > 0 only), lowered to every opened
+        # device's max_mr_size (no device with tcp)
+        limit = profile.max_mr_size_default
+        if profile.reads_mc_max_mr_size and atoll(env.get("MC_MAX_MR_SIZE")) > 0:
+            limit = atoll(env.get("MC_MAX_MR_SIZE"))
+        for nic in devices:
+            limit = min(limit, int(nic.attr["max_mr_size"]))
+        slice_size = atoll(env.get("MC_SLICE_SIZE")) or profile.slice_size   # §1.8
+        store_limit = protocol in profile.store_limit_protocols
+        # §1.6: local_buffer_size goes through the store-level size check
+        if store_limit and lbuf > limit:
+            return self._done("setup", args, INVALID)
+        te = FakeTransferEngine(self.node, devices, profile, limit, slice_size)
+        client = Client(hostname, protocol, te, self.fake.cluster(master), limit)
+        seg_access = int(F.IBV_ACCESS_LOCAL_WRITE | F.IBV_ACCESS_REMOTE_WRITE |
+                         F.IBV_ACCESS_REMOTE_READ) | self._ro()
+        pieces: list[tuple[int, int, int]] = []
+        if gseg > 0:
+            base = self.node.space.reserve(gseg, name=f"mooncake-segment@{hostname}")
+            client.reserved.append(base)
+            # §1.6: released setup splits the global segment into <= max_mr_size segments
+            step = limit if store_limit else gseg
+            pieces += [(base + off, min(step, gseg - off), seg_access)
+                       for off in range(0, gseg, step)]
+        if lbuf > 0:
+            base = self.node.space.reserve(lbuf, name=f"mooncake-local-buffer@{hostname}")
+            client.reserved.append(base)
+            pieces.append((base, lbuf, self._user_access()))
+        for addr, size, access in pieces:
+            if te.register(addr, size, access, remote_accessible=access == seg_access) != 0:
+                for done in client.internal:
+                    te.unregister(done)
+                self._release(client)
+                return self._done("setup", args, INVALID)
+            client.internal.append(addr)
+        self.client = client
+        return self._done("setup", args, OK)
+
+    def _release(self, client: Client) -> None:
+        for base in client.reserved:
+            self.node.space.forget(base)
+        client.reserved.clear()
+
+    def _ro(self) -> int:
+        return int(F.IBV_ACCESS_RELAXED_ORDERING) if self.fake.profile.relaxed_ordering else 0
+
+    def _user_access(self) -> int:
+        return self.fake.profile.user_buffer_access | self._ro()
+
+    def close(self) -> int:
+        """tearDownAll: every registration (user buffers, segments) is unregistered."""
+        c = self.client
+        if c is None:
+            return self._done("close", (), OK)
+        failed = False
+        for base in [*c.buffers, *c.internal]:
+            failed |= c.te.unregister(base) != 0
+        c.buffers.clear()
+        c.internal.clear()
+        self._release(c)
+        self.client = None
+        return self._done("close", (), INVALID if failed else OK)
+
+    # -- registration -------------------------------------------------------------------------
+    def register_buffer(self, ptr: int, size: int) -> int:
+        args = (ptr, size)
+        c = self.client
+        if c is None:
+            return self._done("register_buffer", args, INVALID)
+        injected = self._fault("register_buffer", "register_buffer", args)
+        if injected is not None:
+            return self._done("register_buffer", args, injected, True)
+        # §1.5 step 2 (CheckRegisterMemoryParams): null, zero length, the size limit (§1.6)
+        if ptr == 0 or size == 0:
+            return self._done("register_buffer", args, INVALID)
+        if c.protocol in self.fake.profile.store_limit_protocols and size > c.max_mr_size:
+            return self._done("register_buffer", args, INVALID)
+        # §1.4: any TE failure (overlap -7, an MR failure) becomes INVALID_PARAMS
+        if c.te.register(ptr, size, self._user_access()) != 0:
+            return self._done("register_buffer", args, INVALID)
+        c.buffers[ptr] = size
+        return self._done("register_buffer", args, OK)
+
+    def unregister_buffer(self, ptr: int) -> int:
+        args = (ptr,)
+        c = self.client
+        if c is None:
+            return self._done("unregister_buffer", args, INVALID)
+        injected = self._fault("unregister_buffer", "unregister_buffer", args)
+        if injected is not None:
+            return self._done("unregister_buffer", args, injected, True)
+        # §1.5 step 5: the exact base, else ERR_ADDRESS_NOT_REGISTERED -> -600
+        code = c.te.unregister(ptr)
+        c.buffers.pop(ptr, None)
+        if ptr in c.internal:
+            c.internal.remove(ptr)
+        return self._done("unregister_buffer", args, INVALID if code else OK)
+
+    # -- data path ----------------------------------------------------------------------------
+    def _transfer_ok(self, c: Client, ranges: Parts) -> bool:
+        """§1.3: unregistered memory fails on the RDMA path; tcp needs no MR."""
+        if c.protocol == "tcp" or self.fake.profile.store_memcpy:
+            return True
+        return all(c.te.transfer_ok(p, n) for p, n in ranges if n)
+
+    def put_one(self, key: str, parts: Parts | None, size: int,
+                config: ReplicateConfig | None, *, data: bytes | None = None,
+                api: str = "put_from") -> int:
+        args = (key, *parts[0]) if parts is not None and len(parts) == 1 else (key, size)
+        c = self.client
+        if c is None:
+            return self._done(api, args, INVALID)
+        if parts is not None and not parts:
+            return self._done(api, args, INVALID)   # [inferred] ptr/size lists of one key differ
+        if size == 0:
+            return self._done(api, args, OK)    # §1.2: size 0 logs a warning, returns 0
+        if config is not None and config.prefer_alloc_in_same_node:
+            return self._done(api, args, INVALID)   # §1.3
+        injected = self._fault("put", api, args)
+        if injected is not None:
+            return self._done(api, args, injected, True)
+        if key in c.cluster.objects:
+            return self._done(api, args, OK)    # §1.3: OBJECT_ALREADY_EXISTS -> 0, no rewrite
+        if parts is not None:
+            if not self._transfer_ok(c, parts):
+                return self._done(api, args, TRANSFER_FAIL)
+            data = _read_parts(self.node, parts)
+            size = sum(n for _, n in parts)
+        c.cluster.objects[key] = StoredObject(size, data)
+        return self._done(api, args, OK)
+
+    def get_one(self, key: str, parts: Parts, api: str = "get_into") -> int:
+        args = (key, *(parts[0] if parts else ()))
+        c = self.client
+        if c is None:
+            return self._done(api, args, INVALID)
+        injected = self._fault("get", api, args)
+        if injected is not None:
+            return self._done(api, args, injected, True)
+        obj = c.cluster.objects.get(key)
+        if obj is None:
+            return self._done(api, args, NOT_FOUND)
+        if not parts or sum(n for _, n in parts) < obj.size:
+            return self._done(api, args, INVALID)   # §1.3: "Buffer too small"
+        ranges: list[tuple[int, int]] = []
+        left = obj.size
+        for ptr, n in parts:
+            take = min(n, left)
+            ranges.append((ptr, take))
+            left -= take
+        if not self._transfer_ok(c, ranges):
+            return self._done(api, args, TRANSFER_FAIL)
+        off = 0
+        for ptr, n in ranges:
+            if n:
+                memory.write(self.node.space, ptr,
+                             None if obj.data is None else obj.data[off:off + n])
+            off += n
+        self._record(api, args, obj.size)
+        return obj.size
+
+    def batch(self, kind: str, keys: list[str], parts: list[list[tuple[int, int]]],
+              config: ReplicateConfig | None) -> list[int]:
+        """Per-key results; duplicate keys alias to one operation (§1.3)."""
+        api = "batch_put_from" if kind == "put" else "batch_get_into"
+        if self.client is None:
+            self._record(api, (len(keys),), INVALID)
+            return [INVALID] * len(keys)
+        winner: dict[str, int] = {}
+        for i, k in enumerate(keys):
+            if self.fake.profile.duplicate_key_winner == "last" or k not in winner:
+                winner[k] = i
+        results: dict[str, int] = {}
+        for k, i in sorted(winner.items(), key=lambda kv: kv[1]):
+            if kind == "put":
+                results[k] = self.put_one(k, parts[i], sum(n for _, n in parts[i]), config,
+                                          api=api)
+            else:
+                results[k] = self.get_one(k, parts[i], api=api)
+        return [results[k] for k in keys]
+
+    def get_bytes(self, key: str) -> bytes:
+        c = self.client
+        if c is None or self._fault("get", "get", (key,)) is not None:
+            return b""
+        obj = c.cluster.objects.get(key)
+        if obj is None:
+            return b""
+        if obj.data is None:
+            raise TypeError(f"object {key!r} was put from virtual memory: it has no bytes")
+        return obj.data
+
+    def exists(self, key: str) -> int:
+        c = self.client
+        if c is None:
+            return INVALID
+        injected = self._fault("is_exist", "is_exist", (key,))
+        if injected is not None:
+            return self._done("is_exist", (key,), injected, True)
+        return 1 if key in c.cluster.objects else 0
+
+    def remove(self, key: str) -> int:
+        c = self.client
+        if c is None:
+            return INVALID
+        injected = self._fault("remove", "remove", (key,))
+        if injected is not None:
+            return self._done("remove", (key,), injected, True)
+        if c.cluster.objects.pop(key, None) is None:
+            return self._done("remove", (key,), NOT_FOUND)
+        return self._done("remove", (key,), OK)
+
+
+def _read_parts(node: Node, parts: Parts) -> bytes | None:
+    """The concatenated bytes of the parts, None if any part is virtual memory."""
+    chunks = []
+    for ptr, n in parts:
+        data = memory.read(node.space, ptr, n)
+        if data is None:
+            return None
+        chunks.append(data)
+    return b"".join(chunks)
+

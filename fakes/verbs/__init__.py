@@ -1,0 +1,28 @@
+"""kvreg.fakes.verbs: a fake RDMA fabric behind the pyverbs API (mooncake-verbs.md §4, §5).
+
+``Fabric`` holds nodes (simulated processes) with NICs; ``node.pyverbs`` — or, inside
+``fabric.patch(node)``, a plain ``import pyverbs`` — gives the pyverbs surface that
+registration and transfer code uses: devices, contexts, PDs, MRs with the errno rules of
+``ibv_reg_mr``, RC QPs whose RDMA WRITE/READ move real bytes and fail with the protection
+completions of real NICs. Every fabric is independent; nothing here is global except the
+fault-point names (``verbs.reg_mr``, ``verbs.dereg_mr``, ``verbs.post_send``,
+``verbs.post_recv``, ``verbs.completion``).
+"""
+
+from __future__ import annotations
+
+from .enums import ibv_access_flags, ibv_qp_state, ibv_wc_status, ibv_wr_opcode
+from .errors import (
+    NotModelledError,
+    PyverbsError,
+    PyverbsRDMAError,
+    PyverbsUserError,
+    UntrackedMemoryError,
+)
+from .fabric import PAGE_SIZE, Fabric, LiveMR, MrRecord, Nic, Node
+from .profiles import NIC_PROFILES, NicProfile, get_nic_profile
+
+__all__ = ["NIC_PROFILES", "PAGE_SIZE", "Fabric", "LiveMR", "MrRecord", "Nic", "NicProfile",
+           "Node", "NotModelledError", "PyverbsError", "PyverbsRDMAError", "PyverbsUserError",
+           "UntrackedMemoryError", "get_nic_profile", "ibv_access_flags", "ibv_qp_state",
+           "ibv_wc_status", "ibv_wr_opcode"]

@@ -1,0 +1,206 @@
+"""``pyverbs.mr.MR``: memory registration as pyverbs exposes it (mooncake-verbs.md §4.4).
+
+``MR(pd, length, access, address=None)`` registers user memory at ``address`` (pyverbs
+treats ``address=0`` as "not given"), or a zeroed, page-aligned buffer pyverbs allocates
+itself (real, zeroed memory up to 256 MiB; above that a virtual buffer, whose bytes
+``read``/``write`` refuse). The errno rules are :meth:`~kvreg.fakes.verbs.fabric.Nic.reg_mr`'s
+(§5.2).
+``close()`` deregisters (a second close does nothing, as in pyverbs); an MR dropped without
+``close()`` is deregistered when it is garbage-collected, as pyverbs' ``__dealloc__`` does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from . import enums as V
+from .errors import NotModelledError, PyverbsUserError
+from .fabric import MrRecord, Nic, Node
+from .memory import classify
+from .pd import PD
+
+if TYPE_CHECKING:
+    from .fabric import Fabric
+
+__all__ = ["MR", "c_int", "c_size_t", "c_uint"]
+
+SIZE_MAX = (1 << 64) - 1
+
+
+def c_size_t(value: Any, what: str) -> int:
+    """Cython's conversion to ``size_t``: ints only, 0..2^64-1, else TypeError/OverflowError."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{what}: an integer is required, got {type(value).__name__}")
+    if value < 0:
+        raise OverflowError(f"{what}: can't convert negative value to size_t")
+    if value > SIZE_MAX:
+        raise OverflowError(f"{what}: value too large to convert to size_t")
+    return int(value)
+
+
+def c_int(value: Any, what: str) -> int:
+    """Cython's conversion to C ``int``: offsets of 2 GiB and more overflow (§4.4)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{what}: an integer is required, got {type(value).__name__}")
+    if not -(1 << 31) <= value < (1 << 31):
+        raise OverflowError(f"{what}: value too large to convert to int")
+    return int(value)
+
+
+def c_uint(value: Any, what: str, bits: int = 32) -> int:
+    """Cython's conversion to an unsigned C integer of ``bits`` bits."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{what}: an integer is required, got {type(value).__name__}")
+    if value < 0:
+        raise OverflowError(f"{what}: can't convert negative value to unsigned int")
+    if value >= 1 << bits:
+        raise OverflowError(f"{what}: value too large to convert to unsigned int")
+    return int(value)
+
+
+def _gc_release(nic: Nic, rec: MrRecord, node: Node, owned: int | None) -> None:
+    """pyverbs deregisters an MR when the object dies without close()."""
+    if rec.live:
+        nic.release(rec)
+        nic.node.fabric.trace.append(nic.face, "dereg_mr", (rec.addr, rec.length, rec.lkey),
+                                     0, "garbage-collected", False)
+    if owned is not None:
+        node.free(owned)
+
+
+class MR:
+    """A registered memory region with ``buf``, ``lkey``, ``rkey``, ``length`` (§4.4)."""
+
+    def __init__(self, creator: PD, length: int = 0, access: int = 0,
+                 address: int | None = None, implicit: bool = False,
+                 handle: int | None = None, **kwargs: Any) -> None:
+        self._closed = True
+        if handle is not None or kwargs:
+            raise NotModelledError("kvreg's fake pyverbs models MR(pd, length, access, "
+                                   "address=None, implicit=False) only")
+        if not isinstance(creator, PD):
+            raise PyverbsUserError(f"MR needs a PD, got {type(creator).__name__}")
+        length = c_size_t(length, "length")
+        access = c_uint(access, "access")
+        self._pd = creator
+        self._nic = creator.nic
+        node = self._nic.node
+        owned: int | None = None
+        if implicit:
+            # §4.4: implicit ODP registers NULL / SIZE_MAX with ON_DEMAND
+            addr, length = 0, SIZE_MAX
+            access |= int(V.ibv_access_flags.IBV_ACCESS_ON_DEMAND)
+        elif address:
+            addr = c_size_t(address, "address")
+        elif length > 0:
+            owned = addr = node.alloc(length)
+        else:
+            addr = 0  # ibv_reg_mr(pd, NULL, 0, ...): EINVAL below
+        try:
+            rec = self._nic.reg_mr(addr, length, access, pd_id=creator.pd_id)
+        except BaseException:
+            if owned is not None:
+                node.free(owned)
+            raise
+        self._rec = rec
+        self._owned = owned
+        self._closed = False
+        creator.add_ref(self)
+        self._finalizer = weakref.finalize(self, _gc_release, self._nic, rec, node, owned)
+
+    # -- properties ---------------------------------------------------------------------
+    @property
+    def buf(self) -> int:
+        return self._rec.addr
+
+    @property
+    def lkey(self) -> int:
+        return self._rec.lkey
+
+    @property
+    def rkey(self) -> int:
+        return self._rec.rkey
+
+    @property
+    def length(self) -> int:
+        return self._rec.length
+
+    @property
+    def handle(self) -> int:
+        return self._rec.lkey
+
+    @property
+    def access(self) -> int:
+        """The access flags the device kept (optional bits may be masked, §4.6)."""
+        return self._rec.access
+
+    @property
+    def pd(self) -> PD:
+        return self._pd
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def fabric(self) -> Fabric:
+        return self._nic.node.fabric
+
+    # -- data ---------------------------------------------------------------------------
+    def _range(self, offset: int, length: int, what: str) -> int:
+        if self._closed:
+            raise PyverbsUserError(f"{what}: the MR is closed")
+        if length < 0 or offset < 0 or offset + length > self._rec.length:
+            raise PyverbsUserError(f"{what}: [{offset}, {offset + length}) is outside the MR "
+                                   f"of {self._rec.length} bytes")
+        ptr = self._rec.addr + offset
+        kind = classify(self._nic.node.space, ptr, length)
+        if kind != "real":
+            raise TypeError(f"{what}: the MR's memory at {ptr:#x} is {kind}; the fake has no "
+                            "bytes there (track the buffer, or use a pyverbs-allocated MR)")
+        return ptr
+
+    def write(self, data: str | bytes, length: int, offset: int = 0) -> None:
+        """Copy ``length`` bytes of ``data`` into the MR at ``offset`` (a C int, §4.4)."""
+        offset = c_int(offset, "offset")
+        raw = data.encode() if isinstance(data, str) else bytes(data)
+        length = c_size_t(length, "length")
+        if length > len(raw):
+            raise PyverbsUserError(f"write: length {length} exceeds the data ({len(raw)} "
+                                   "bytes)")
+        ptr = self._range(offset, length, "write")
+        ctypes.memmove(ptr, raw, length)
+
+    def read(self, length: int, offset: int) -> bytes:
+        """``length`` bytes at ``offset``; offsets of 2 GiB and more overflow (§4.4)."""
+        offset = c_int(offset, "offset")
+        length = c_size_t(length, "length")
+        ptr = self._range(offset, length, "read")
+        return ctypes.string_at(ptr, length)
+
+    def rereg(self, *args: Any, **kwargs: Any) -> None:
+        raise NotModelledError("kvreg's fake pyverbs does not model MR.rereg")
+
+    # -- lifetime -----------------------------------------------------------------------
+    def close(self) -> None:
+        """``ibv_dereg_mr``; raises PyverbsRDMAError('Failed to dereg MR', rc) on failure."""
+        if self._closed:
+            return
+        self._nic.dereg_mr(self._rec)     # an injected failure leaves the MR open
+        self._closed = True
+        self._finalizer.detach()
+        if self._owned is not None:
+            self._nic.node.free(self._owned)
+
+    def __enter__(self) -> MR:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return (f"MR(buf={self._rec.addr:#x}, length={self._rec.length}, "
+                f"lkey={self._rec.lkey:#x}, {state})")

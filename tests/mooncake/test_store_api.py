@@ -1,0 +1,250 @@
+"""The store's Python API: return conventions and semantics (mooncake-verbs.md §1.1-§1.3)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kvreg.fakes.mooncake import ErrorCode, FakeMooncake, ReplicateConfig
+from kvreg.fakes.verbs import NotModelledError, UntrackedMemoryError
+
+INVALID = int(ErrorCode.INVALID_PARAMS)
+NOT_FOUND = int(ErrorCode.OBJECT_NOT_FOUND)
+TRANSFER_FAIL = int(ErrorCode.TRANSFER_FAIL)
+MiB = 1 << 20
+
+Mk = Callable[..., tuple[FakeMooncake, Any]]
+Buf = Callable[..., Any]
+
+
+def test_before_setup_every_call_returns_codes_not_exceptions() -> None:
+    # §1.1: no exceptions for store errors; before setup the fake returns -600 (the real one
+    # would dereference a null client), [] where the binding checks, b"" for get
+    store = FakeMooncake().store()
+    assert store.register_buffer(0x1000, 4096) == INVALID
+    assert store.unregister_buffer(0x1000) == INVALID
+    assert store.put_from("k", 0x1000, 10) == INVALID
+    assert store.get_into("k", 0x1000, 10) == INVALID
+    assert store.batch_put_from(["a", "b"], [1, 2], [3, 4]) == [INVALID, INVALID]
+    assert store.batch_get_into(["a"], [1], [3]) == [INVALID]
+    assert store.batch_put_from_multi_buffers(["a"], [[1]], [[3]]) == []
+    assert store.is_exist("k") == INVALID
+    assert store.get("k") == b""
+    assert store.health_check() == 1
+    assert store.close() == 0                       # never set up -> 0
+
+
+def test_setup_overloads(buf: Buf) -> None:
+    # §1.2: positional overload needs 7 args; dict overload defaults to tcp, needs 2 keys
+    fake = FakeMooncake()
+    store = fake.store()
+    with pytest.raises(TypeError, match="incompatible function arguments"):
+        store.setup("h", "P2PHANDSHAKE", 1, 1, "rdma", "")
+    assert store.setup({"local_hostname": "h"}) == INVALID
+    assert store.setup({"local_hostname": "h", "metadata_server": "P2PHANDSHAKE"}) == 0
+    client = store.client
+    assert client is not None and client.protocol == "tcp" and store.health_check() == 0
+    assert store.setup({"local_hostname": "h", "metadata_server": "x"}) == INVALID  # twice
+    assert store.close() == 0 and store.health_check() == 1
+    other = fake.store()
+    assert other.setup("h", "P2PHANDSHAKE", MiB, MiB, "carrier-pigeon", "", "m") == INVALID
+    assert other.setup("h", "P2PHANDSHAKE", MiB, MiB, "rdma", "mlx5_7", "m") == INVALID
+
+
+def test_put_get_round_trip_byte_for_byte(mk: Mk, buf: Buf) -> None:
+    # §1.2/§1.3: put_from then get_into returns the bytes read and the same bytes
+    fake, store = mk()
+    src, dst = buf(fake, 3 * MiB, fill=7), buf(fake, 3 * MiB)
+    assert store.register_buffer(src.ctypes.data, src.nbytes) == 0
+    assert store.register_buffer(dst.ctypes.data, dst.nbytes) == 0
+    assert store.put_from("obj", src.ctypes.data + 12345, 2 * MiB + 3) == 0
+    assert store.is_exist("obj") == 1 and store.get_size("obj") == 2 * MiB + 3
+    assert store.get_into("obj", dst.ctypes.data, dst.nbytes) == 2 * MiB + 3
+    assert np.array_equal(dst[:2 * MiB + 3], src[12345:12345 + 2 * MiB + 3])
+    assert not dst[2 * MiB + 3:].any()
+    assert store.get("obj") == src[12345:12345 + 2 * MiB + 3].tobytes()
+    for p in (src.ctypes.data, dst.ctypes.data):
+        assert store.unregister_buffer(p) == 0
+
+
+def test_put_is_idempotent_not_overwrite(mk: Mk, buf: Buf) -> None:
+    # §1.3: OBJECT_ALREADY_EXISTS is treated as success and the data is not rewritten
+    fake, store = mk()
+    a, b, out = buf(fake, 4096, fill=1), buf(fake, 4096, fill=2), buf(fake, 4096)
+    for x in (a, b, out):
+        store.register_buffer(x.ctypes.data, 4096)
+    assert store.put_from("k", a.ctypes.data, 4096) == 0
+    assert store.put_from("k", b.ctypes.data, 4096) == 0
+    assert store.get_into("k", out.ctypes.data, 4096) == 4096
+    assert np.array_equal(out, a)
+    fake.close_all()
+
+
+def test_get_size_checks_and_missing_key(mk: Mk, buf: Buf) -> None:
+    # §1.3: buffer smaller than the object -> -600; missing key -> -704 [inferred]
+    fake, store = mk()
+    x = buf(fake, 8192, fill=3)
+    store.register_buffer(x.ctypes.data, 8192)
+    store.put_from("k", x.ctypes.data, 8192)
+    assert store.get_into("k", x.ctypes.data, 8191) == INVALID
+    assert store.get_into("missing", x.ctypes.data, 8192) == NOT_FOUND
+    assert store.get_size("missing") == NOT_FOUND
+    assert store.batch_get_into(["k", "missing"], [x.ctypes.data] * 2, [4096, 8192]) == \
+        [INVALID, NOT_FOUND]
+    fake.close_all()
+
+
+def test_length_mismatch_fails_every_entry(mk: Mk) -> None:
+    # §1.3: keys/buffer_ptrs/sizes of different lengths -> every entry INVALID_PARAMS
+    _, store = mk()
+    assert store.batch_put_from(["a", "b", "c"], [1, 2], [3, 4, 5]) == [INVALID] * 3
+    assert store.batch_get_into(["a", "b"], [1, 2], [3]) == [INVALID] * 2
+    assert store.batch_get_into_multi_buffers(["a", "b"], [[1]], [[1], [2]]) == [INVALID] * 2
+
+
+def test_prefer_alloc_in_same_node_fails_puts(mk: Mk, buf: Buf) -> None:
+    # §1.3: config.prefer_alloc_in_same_node=True -> INVALID_PARAMS
+    fake, store = mk()
+    x = buf(fake, 4096, fill=1)
+    store.register_buffer(x.ctypes.data, 4096)
+    cfg = ReplicateConfig()
+    cfg.prefer_alloc_in_same_node = True
+    assert store.put_from("k", x.ctypes.data, 4096, cfg) == INVALID
+    assert store.batch_put_from(["k"], [x.ctypes.data], [4096], cfg) == [INVALID]
+    assert store.put_from("k", x.ctypes.data, 4096, ReplicateConfig()) == 0
+    fake.close_all()
+
+
+def test_zero_size_put_from_returns_zero(mk: Mk) -> None:
+    # §1.2: put_from with size 0 logs a warning and returns 0 (and stores nothing)
+    _, store = mk()
+    assert store.put_from("k", 0x1234, 0) == 0
+    assert store.is_exist("k") == 0
+
+
+def test_duplicate_keys_in_a_batch_alias(mk: Mk, buf: Buf) -> None:
+    # §1.3: duplicate keys inside one batch silently alias: one operation, both "succeed",
+    # and only one destination buffer is filled ([uncertain] which: the last, by default)
+    fake, store = mk()
+    src, d1, d2 = buf(fake, 4096, fill=5), buf(fake, 4096), buf(fake, 4096)
+    for x in (src, d1, d2):
+        store.register_buffer(x.ctypes.data, 4096)
+    store.put_from("k", src.ctypes.data, 4096)
+    assert store.batch_get_into(["k", "k"], [d1.ctypes.data, d2.ctypes.data],
+                                [4096, 4096]) == [4096, 4096]
+    assert not d1.any() and np.array_equal(d2, src)
+    fake.close_all()
+
+
+def test_unregistered_buffer_fails_on_rdma_and_works_on_tcp(mk: Mk, buf: Buf) -> None:
+    # §1.3: unregistered local buffer on the RDMA path -> TRANSFER_FAIL; tcp needs no MR
+    fake, store = mk()
+    x = buf(fake, 4096, fill=1)
+    assert store.put_from("k", x.ctypes.data, 4096) == TRANSFER_FAIL
+    assert store.is_exist("k") == 0
+    fake2, tcp = mk(protocol="tcp")
+    y = buf(fake2, 4096, fill=1)
+    assert tcp.put_from("k", y.ctypes.data, 4096) == 0
+    z = buf(fake2, 4096)
+    assert tcp.get_into("k", z.ctypes.data, 4096) == 4096 and np.array_equal(z, y)
+
+
+def test_store_memcpy_switch_lets_unregistered_buffers_work(buf: Buf) -> None:
+    # §1.3 [inferred]: with MC_STORE_MEMCPY=1 an unregistered buffer can still "work"
+    from kvreg.fakes.mooncake import get_store_profile
+
+    fake = FakeMooncake(get_store_profile("released").replace(store_memcpy=True), env={})
+    store = fake.store()
+    assert store.setup("h", "P2PHANDSHAKE", MiB, MiB, "rdma", "", "m") == 0
+    x = buf(fake, 4096, fill=1)
+    assert store.put_from("k", x.ctypes.data, 4096) == 0
+
+
+def test_multi_buffer_round_trip(mk: Mk, buf: Buf) -> None:
+    # §1.2 / §3.4: one object per key gathered from several buffers, scattered back
+    fake, store = mk()
+    src, dst = buf(fake, 64 * 1024, fill=9), buf(fake, 64 * 1024)
+    for x in (src, dst):
+        store.register_buffer(x.ctypes.data, x.nbytes)
+    s, d = src.ctypes.data, dst.ctypes.data
+    layers = [[s + 0, s + 16384, s + 32768], [s + 4096, s + 20480, s + 36864]]
+    sizes = [[4096] * 3, [4096] * 3]
+    assert store.batch_put_from_multi_buffers(["p0", "p1"], layers, sizes) == [0, 0]
+    back = [[d + 0, d + 16384, d + 32768], [d + 4096, d + 20480, d + 36864]]
+    assert store.batch_get_into_multi_buffers(["p0", "p1"], back, sizes) == [12288, 12288]
+    i = np.arange(64 * 1024)
+    assert np.array_equal(dst, src * ((i % 16384 < 8192) & (i < 49152)))
+    assert store.batch_get_into_multi_buffers(["p0"], [[d, d + 4096]], [[4096]]) == [INVALID]
+    fake.close_all()
+
+
+def test_exist_remove_and_regex(mk: Mk) -> None:
+    # §1.2: is_exist 1/0, batch_is_exist, remove 0/-704, remove_by_regex/remove_all counts
+    _, store = mk()
+    for k in ("a_k", "a_v", "b_k"):
+        assert store.put(k, b"x" * 10) == 0
+    assert store.batch_is_exist(["a_k", "zz", "b_k"]) == [1, 0, 1]
+    assert store.remove("zz") == NOT_FOUND
+    assert store.remove_by_regex(r"^a_") == 2
+    assert store.remove_by_regex("(") == INVALID
+    assert store.batch_remove(["b_k", "b_k"]) == [0, NOT_FOUND]
+    assert store.put("c", bytearray(b"hello")) == 0
+    assert store.get("c") == b"hello" and store.get("nope") == b""
+    assert store.remove_all() == 1 and store.is_exist("c") == 0
+
+
+def test_stores_sharing_a_master_share_objects(buf: Buf) -> None:
+    # two clients on two nodes of one fabric, one master: a put on one is readable on the other
+    fake = FakeMooncake(env={})
+    fake.fabric.add_node("node1")
+    fake.fabric.add_device("mlx5_0", node="node1")
+    s0, s1 = fake.store(), fake.store("node1")
+    for s in (s0, s1):
+        assert s.setup("h", "P2PHANDSHAKE", MiB, MiB, "rdma", "", "m:1") == 0
+    src = buf(fake, 4096, fill=4)
+    dst = fake.track(np.zeros(4096, np.uint8), node="node1")
+    assert s0.register_buffer(src.ctypes.data, 4096) == 0
+    assert s1.register_buffer(dst.ctypes.data, 4096) == 0
+    assert s0.put_from("page", src.ctypes.data, 4096) == 0
+    assert s1.get_into("page", dst.ctypes.data, 4096) == 4096
+    assert np.array_equal(src, dst)
+    fake.close_all()
+
+
+def test_virtual_objects_have_sizes_but_no_bytes(mk: Mk, buf: Buf) -> None:
+    fake, store = mk()
+    pool = fake.virtual(1 << 30, name="pool")
+    out = buf(fake, 4096)
+    assert store.register_buffer(pool.data_ptr(), 1 << 30) == 0
+    store.register_buffer(out.ctypes.data, 4096)
+    assert store.put_from("v", pool.data_ptr() + 8192, 4096) == 0
+    assert store.get_into("v", out.ctypes.data, 4096) == 4096
+    assert not out.any()                                # nothing was invented
+    with pytest.raises(TypeError, match="virtual memory"):
+        store.get("v")
+    fake.close_all()
+
+
+def test_untracked_real_memory_and_unmodelled_methods_fail_loudly(mk: Mk) -> None:
+    _fake, store = mk(protocol="tcp")
+    hidden = np.ones(4096, np.uint8)
+    with pytest.raises(UntrackedMemoryError, match="track"):
+        store.put_from("k", hidden.ctypes.data, 4096)
+    with pytest.raises(NotModelledError, match="get_buffer"):
+        store.get_buffer("k")
+    with pytest.raises(TypeError):
+        store.put_from("k", "0x1000", 4096)
+
+
+def test_close_unregisters_everything(mk: Mk, buf: Buf) -> None:
+    # §1.2: close -> tearDownAll, drops the client; every MR is gone
+    fake, store = mk()
+    x = buf(fake, 4096)
+    store.register_buffer(x.ctypes.data, 4096)
+    assert fake.fabric.live_mrs() and fake.leak_report()
+    assert store.close() == 0
+    assert fake.fabric.live_mrs() == [] and fake.leak_report() == ""
+    assert store.register_buffer(x.ctypes.data, 4096) == INVALID
