@@ -131,6 +131,10 @@ def _empty_buffers(space: Any, specs: Any) -> list[Any]:
 def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False
                  ) -> ScenarioResult:
     """Run and judge one scenario; never raises for a misbehaving implementation."""
+    if sc.target == "mooncake":
+        from .mooncake_runner import run_mooncake_scenario
+
+        return run_mooncake_scenario(sc, impl, keep_trace=keep_trace)
     start = time.perf_counter()
     result = ScenarioResult(sc.id, sc.pool, "pass", guards=sc.guards)
     why_not = impl.check_limit(sc.chunk_limit)

@@ -31,7 +31,7 @@ MEMORY = ("virtual", "real")
 STYLES = ("sglang", "generic", "mooncake")
 _SCENARIO_KEYS = {"name", "guards", "pages", "total_gib", "chunk_gb", "chunk_bytes",
                   "profile", "faults", "exercise", "expect", "memory", "empty", "params",
-                  "call_budget", "tags", "backends"}
+                  "call_budget", "tags", "backends", "target", "mooncake"}
 _TOP_KEYS = {"format", "pool", "defaults", "scenario"}
 _POOL_KEYS = {"type", "params", "memory"}
 
@@ -60,6 +60,10 @@ class Scenario:
     call_budget: int = 100_000
     tags: tuple[str, ...] = ()
     backends: tuple[str, ...] = ("fake", "cuda")
+    # "cuda" (cudaHostRegister through the cudart faces) or "mooncake" (the store's
+    # register_buffer over the fake RDMA fabric; options in the ``mooncake`` table)
+    target: str = "cuda"
+    mooncake: Mapping[str, Any] = field(default_factory=dict)
 
     def geometry(self) -> PoolGeometry:
         return make_geometry(self.pool_type, **dict(self.params))
@@ -197,6 +201,19 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
     if not isinstance(backends, list) or not set(backends) <= {"fake", "cuda"} or not backends:
         ctx.fail("backends", "a non-empty array of 'fake' and 'cuda'", backends)
         backends = ["fake"]
+    target = merged.get("target", "cuda")
+    mooncake_opts = merged.get("mooncake", {})
+    if target not in ("cuda", "mooncake"):
+        ctx.fail("target", "'cuda' or 'mooncake'", target)
+    elif not isinstance(mooncake_opts, Mapping):
+        ctx.fail("mooncake", "a table of Mooncake options", mooncake_opts)
+    elif target == "mooncake":
+        from .mooncake_runner import validate_options
+
+        for problem in validate_options(dict(mooncake_opts)):
+            ctx.fail("mooncake", problem, None)
+    elif mooncake_opts:
+        ctx.fail("mooncake", "no mooncake table unless target = 'mooncake'", None)
     if len(ctx.errors) > before or not isinstance(pool_type, str):
         return None
     try:
@@ -215,7 +232,8 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
                     pool_type=pool_type, params=params, memory=str(memory), chunk_limit=limit,
                     profile=str(profile), faults=tuple(dict(f) for f in faults),
                     exercise=tuple(exercise), expect=str(expect), empty=bool(empty),
-                    call_budget=budget, tags=tuple(tags), backends=tuple(backends))
+                    call_budget=budget, tags=tuple(tags), backends=tuple(backends),
+                    target=str(target), mooncake=dict(mooncake_opts))
 
 
 def load_file(path: Path, root: Path | None = None) -> list[Scenario]:
