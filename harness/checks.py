@@ -247,8 +247,9 @@ def _explain_transfer(r: RunRecord, t: Any) -> str:
         seams = sorted(int(e.args[0]) - base for e in regs
                        if base < int(e.args[0]) < base + off + size
                        and int(e.args[0]) > base + off)
-        region = next((reg.name for reg in r.geometry.buffers()[int(ext.buffer[row])].regions
-                       if reg.offset <= off < reg.end), "")
+        regions = r.geometry.buffers()[int(ext.buffer[row])].regions
+        region = next((reg.name for reg in regions if reg.offset <= off < reg.end), "") \
+            if len(regions) > 1 else ""
         where = f"page {int(ext.page[row])}" + (f" of the {region}" if region else "")
         msg = (f"{where} of {name} [{off}, {off + size}) spans registrations at offset "
                f"{seams[0] if seams else '?'}: cudaMemcpyBatchAsync returns {t.code} "

@@ -48,12 +48,43 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "h200-r580)")
     group.addoption("--kvreg-require-hw", action="store_true", default=False,
                     help="fail, instead of skip, tests whose hardware is missing")
+    group.addoption("--kvreg-scenarios", action="append", default=None, metavar="PATH",
+                    help="scenario files or folders to collect as tests ('bundled' = kvreg's "
+                         "catalog); repeatable")
+    group.addoption("--kvreg-impl", default=None, metavar="SPEC",
+                    help="implementation under test: file.py:function or package.module:function")
+    group.addoption("--kvreg-teardown", default=None, metavar="SPEC",
+                    help="its teardown (default: 'teardown' next to --kvreg-impl)")
+    group.addoption("--kvreg-style", default=None, choices=["sglang", "generic", "mooncake"],
+                    help="implementation style (default sglang)")
+    group.addoption("--kvreg-backend", default=None, choices=["fake", "cuda"],
+                    help="backend scenarios run on (default fake)")
     parser.addini("kvreg_profile", "device profile for the fakes", default="h200-r580")
+    parser.addini("kvreg_scenarios", "scenario files or folders to collect ('bundled' = "
+                  "kvreg's catalog)", type="linelist", default=[])
+    parser.addini("kvreg_impl", "implementation under test (SPEC)", default="")
+    parser.addini("kvreg_teardown", "teardown of the implementation under test (SPEC)",
+                  default="")
+    parser.addini("kvreg_style", "implementation style: sglang, generic or mooncake",
+                  default="")
+    parser.addini("kvreg_backend", "backend for scenarios: fake or cuda", default="fake")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS.values():
         config.addinivalue_line("markers", line)
+    config.addinivalue_line("markers", "kvreg_scenario: a test item made from a kvreg "
+                                       "scenario file")
+    if config.getoption("--kvreg-scenarios") or config.getini("kvreg_scenarios"):
+        from kvreg.harness.pytest_scenarios import ScenarioPlugin, scenario_paths
+
+        plugin = ScenarioPlugin(config)
+        config.pluginmanager.register(plugin, "kvreg-scenarios")
+        # collect the scenario folders too when the command line named no paths
+        if config.args_source != pytest.Config.ArgsSource.ARGS:
+            for path in scenario_paths(config):
+                if str(path) not in config.args:
+                    config.args.append(str(path))
 
 
 def _profile_name(config: pytest.Config) -> str:

@@ -1,0 +1,165 @@
+"""Scenario files as pytest items: one item per scenario, its violations as the failure.
+
+Registered by the ``kvreg`` plugin only when scenarios are configured (``kvreg_scenarios``
+in the ini file or ``--kvreg-scenarios``), so a project that only uses the fixtures pays
+nothing for it. Items get readable ids (``mla/page_first_direct/fail-middle-chunk``), work
+with ``-k``, ``-m`` and pytest-xdist, and an invalid file is a collection error that names
+the file and the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .adapters import Implementation, ImplementationError, make_implementation
+from .runner import ScenarioResult, run_scenario
+from .scenario import Scenario, ScenarioError, bundled_root, load_file
+
+__all__ = ["ScenarioFile", "ScenarioItem", "ScenarioPlugin", "scenario_paths"]
+
+BUNDLED = "bundled"
+
+
+def scenario_paths(config: pytest.Config) -> list[Path]:
+    """Folders/files from --kvreg-scenarios or the ini (``bundled`` = kvreg's catalog)."""
+    raw = list(config.getoption("--kvreg-scenarios") or []) or \
+        list(config.getini("kvreg_scenarios") or [])
+    out = []
+    for entry in raw:
+        if entry == BUNDLED:
+            out.append(bundled_root())
+        else:
+            p = Path(entry)
+            out.append(p if p.is_absolute() else Path(config.rootpath) / p)
+    return out
+
+
+class ScenarioFailed(Exception):
+    """Raised by an item whose scenario produced violations."""
+
+    def __init__(self, result: ScenarioResult) -> None:
+        super().__init__(result.first_violation)
+        self.result = result
+
+
+class ScenarioPlugin:
+    """Collects scenario files and runs their scenarios against the configured implementation."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.paths = [p.resolve() for p in scenario_paths(config)]
+        self._impl: Implementation | None = None
+        self.backend = str(config.getoption("--kvreg-backend") or
+                           config.getini("kvreg_backend") or "fake")
+
+    def implementation(self) -> Implementation:
+        if self._impl is None:
+            cfg = self.config
+            self._impl = make_implementation(
+                cfg.getoption("--kvreg-impl") or cfg.getini("kvreg_impl") or None,
+                cfg.getoption("--kvreg-teardown") or cfg.getini("kvreg_teardown") or None,
+                cfg.getoption("--kvreg-style") or cfg.getini("kvreg_style") or None)
+        return self._impl
+
+    def _wanted(self, path: Path) -> bool:
+        if path.suffix != ".toml" or path.name == "pyproject.toml":
+            return False
+        resolved = path.resolve()
+        if not any(resolved == p or p in resolved.parents for p in self.paths):
+            return False
+        try:
+            text = path.read_text()
+        except OSError:
+            return False
+        return "[[scenario]]" in text
+
+    def pytest_collect_file(self, file_path: Path, parent: pytest.Collector
+                            ) -> pytest.Collector | None:
+        if self._wanted(file_path):
+            root = next((p for p in self.paths
+                         if p == file_path.resolve() or p in file_path.resolve().parents), None)
+            item = ScenarioFile.from_parent(parent, path=file_path)
+            item.scenario_root = root if root is None or root.is_dir() else root.parent
+            return item
+        return None
+
+    def pytest_report_header(self, config: pytest.Config) -> str:
+        try:
+            label = self.implementation().label
+        except ImplementationError as exc:
+            label = f"invalid ({exc})"
+        where = ", ".join(str(p) for p in self.paths)
+        return f"kvreg scenarios: {where}; implementation: {label}; backend {self.backend}"
+
+
+class ScenarioFile(pytest.File):
+    """One scenario file; invalid files fail collection with the loader's message."""
+
+    scenario_root: Path | None = None
+
+    def collect(self) -> Iterator[pytest.Item]:
+        try:
+            scenarios = load_file(self.path, self.scenario_root)
+        except ScenarioError as exc:
+            raise InvalidScenarioFile(str(exc)) from None
+        for sc in scenarios:
+            yield ScenarioItem.from_parent(self, name=sc.id, scenario=sc)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> str:
+        if isinstance(excinfo.value, InvalidScenarioFile):
+            return f"invalid kvreg scenario file:\n{excinfo.value}"
+        return str(super().repr_failure(excinfo))
+
+
+class InvalidScenarioFile(Exception):
+    pass
+
+
+class ScenarioItem(pytest.Item):
+    """One scenario against the configured implementation."""
+
+    def __init__(self, *, scenario: Scenario, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.scenario = scenario
+        self.add_marker("kvreg_scenario")
+        for word in (scenario.pool_type, scenario.target, *scenario.tags):
+            self.keywords[word] = True
+        plugin = self.config.pluginmanager.get_plugin("kvreg-scenarios")
+        self.backend = plugin.backend if plugin is not None else "fake"
+        if self.backend == "cuda":
+            self.add_marker("kvreg_gpu")
+
+    def runtest(self) -> None:
+        plugin: ScenarioPlugin = self.config.pluginmanager.get_plugin("kvreg-scenarios")
+        if self.backend not in self.scenario.backends:
+            pytest.skip(f"scenario runs on {', '.join(self.scenario.backends)} only "
+                        f"(backend {self.backend})")
+        if self.backend == "cuda":
+            pytest.skip("the cuda backend runs through kvreg.realhw (see realhw/README.md)")
+        result = run_scenario(self.scenario, plugin.implementation())
+        if result.verdict == "skip":
+            pytest.skip(result.reason)
+        if result.verdict == "error":
+            raise RuntimeError(result.reason)
+        if result.verdict == "fail":
+            raise ScenarioFailed(result)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> str:
+        if isinstance(excinfo.value, ScenarioFailed):
+            r = excinfo.value.result
+            lines = [f"scenario {r.id} failed ({len(r.violations)} violation(s)); it guards "
+                     f"against: {r.guards}"]
+            lines += [f"  {i}. [{v.rule}] {v.message}" for i, v in enumerate(r.violations, 1)]
+            if self.config.getoption("verbose") > 0 and r.trace_text:
+                lines += ["", "call trace:", r.trace_text]
+            return "\n".join(lines)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"kvreg scenario {self.scenario.id}"
