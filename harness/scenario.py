@@ -157,8 +157,10 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
         ctx.fail("params", "a table of pool parameters", extra)
         extra = {}
     params.update(extra)
-    pages = _int(ctx, merged, "pages", minimum=1)
-    total_gib = _number(ctx, merged, "total_gib")
+    # the size: the scenario's own pages/total_gib wins over the [defaults] one
+    size_level = raw if ("pages" in raw or "total_gib" in raw) else defaults
+    pages = _int(ctx, size_level, "pages", minimum=1)
+    total_gib = _number(ctx, size_level, "total_gib")
     if pages is not None and total_gib is not None:
         ctx.fail("pages", "either pages or total_gib, not both", None)
     memory = merged.get("memory", pool.get("memory", "virtual"))
@@ -168,6 +170,9 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
     profile = merged.get("profile", "h200-r580")
     if profile not in PROFILES:
         ctx.fail("profile", f"one of {sorted(PROFILES)}", profile)
+    if merged.get("target") == "mooncake":
+        # declares the mooncake.* and verbs.* fault points before the faults are checked
+        from . import mooncake_runner  # noqa: F401
     faults = merged.get("faults", [])
     if not isinstance(faults, list) or not all(isinstance(f, Mapping) for f in faults):
         ctx.fail("faults", "an array of tables", faults)
@@ -217,11 +222,15 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
     if len(ctx.errors) > before or not isinstance(pool_type, str):
         return None
     try:
-        if pages is not None:
+        if pages is not None and pool_type == "group":
+            # a group has no page_num of its own: every member gets the page count
+            params["members"] = [{**m, "page_num": pages} if isinstance(m, Mapping) else m
+                                 for m in params.get("members", [])]
+        elif pages is not None:
             params["page_num"] = pages
         elif total_gib is not None:
             params["page_num"] = _pages_for(pool_type, params, int(total_gib * GiB))
-        elif "page_num" not in params:
+        elif "page_num" not in params and pool_type != "group":
             ctx.fail("pages", "pages or total_gib (the pool's size)", None)
             return None
         make_geometry(pool_type, **params)
