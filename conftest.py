@@ -1,12 +1,10 @@
-"""Root test configuration: Hypothesis profiles, and pytester for the plugin's own tests."""
+"""Root test configuration: Hypothesis profiles (pytester is enabled with -p in pyproject)."""
 
 from __future__ import annotations
 
 import os
 
 from hypothesis import HealthCheck, settings
-
-pytest_plugins = ["pytester"]
 
 # `ci`: deterministic and bounded (2-core runners); `dev`: more examples for local digging.
 settings.register_profile(

@@ -163,6 +163,7 @@ class FaultPlan:
     def __init__(self) -> None:
         self._rules: list[FaultRule] = []
         self._lock = threading.Lock()
+        self.seed = 0   # default seed a test or scenario hands to its random rules
 
     def __bool__(self) -> bool:
         return bool(self._rules)

@@ -59,6 +59,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="implementation style (default sglang)")
     group.addoption("--kvreg-backend", default=None, choices=["fake", "cuda"],
                     help="backend scenarios run on (default fake)")
+    group.addoption("--kvreg-seed", type=int, default=0,
+                    help="seed for random fault plans armed through the kvreg_faults fixture")
     parser.addini("kvreg_profile", "device profile for the fakes", default="h200-r580")
     parser.addini("kvreg_scenarios", "scenario files or folders to collect ('bundled' = "
                   "kvreg's catalog)", type="linelist", default=[])
@@ -92,8 +94,10 @@ def _profile_name(config: pytest.Config) -> str:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return (f"kvreg {_version()}: backend fake, device profile {_profile_name(config)}, "
-            f"require hw {config.getoption('--kvreg-require-hw')}")
+    return (f"kvreg {_version()}: backend {config.getoption('--kvreg-backend') or 'fake'}, "
+            f"device profile {_profile_name(config)}, fault seed "
+            f"{config.getoption('--kvreg-seed')}, require hw "
+            f"{config.getoption('--kvreg-require-hw')}")
 
 
 @pytest.fixture
@@ -210,3 +214,59 @@ def _rdma_missing() -> str | None:
     except Exception as exc:  # PyverbsRDMAError without an RDMA stack
         return f"no RDMA device ({type(exc).__name__}: {exc})"
     return None if devices else "no RDMA device (get_device_list() is empty)"
+
+
+class PoolFactory:
+    """What ``kvreg_pool`` returns: builds a pool geometry and its buffers in the fake."""
+
+    def __init__(self, fake: FakeCuda) -> None:
+        self.fake = fake
+
+    def __call__(self, pool_type: str, *, real: bool = False, **params: Any) -> Any:
+        from kvreg.harness.buffers import allocate
+        from kvreg.harness.pools import make_geometry
+
+        geometry = make_geometry(pool_type, **params)
+        return PoolHandle(geometry, allocate(geometry, self.fake.space, real=real))
+
+
+class PoolHandle:
+    """A geometry and its buffers (virtual by default, torch CPU tensors with real=True)."""
+
+    def __init__(self, geometry: Any, buffers: list[Any]) -> None:
+        self.geometry = geometry
+        self.buffers = buffers
+
+    def granularities(self) -> list[int | None]:
+        """What the real pool passes as registration_granularity_bytes, per buffer."""
+        return [b.granularity for b in self.geometry.buffers()]
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        """(buffer, BufferSpec) for every CUDA-registered buffer, in allocation order."""
+        for buf, spec in zip(self.buffers, self.geometry.buffers(), strict=True):
+            if spec.cuda_registered:
+                yield buf, spec
+
+
+@pytest.fixture
+def kvreg_pool(fake_cudart: FakeCuda) -> PoolFactory:
+    """Factory for KV pool buffers with their exact geometry, in this test's fake.
+
+    ``pool = kvreg_pool("mla", layout="page_first_direct", layer_num=61, kv_lora_rank=512,
+    qk_rope_head_dim=64, dtype="bfloat16", page_size=64, page_num=1000)``; then
+    ``pool.buffers``, ``pool.geometry.page_extents()``, ``pool.granularities()``.
+    """
+    return PoolFactory(fake_cudart)
+
+
+@pytest.fixture
+def kvreg_faults(fake_cudart: FakeCuda, request: pytest.FixtureRequest) -> Any:
+    """The fault plan of this test's fake (cleared when the test ends).
+
+    ``kvreg_faults.arm("cudart.cudaHostRegister", nth=2, error=2)``; random plans take
+    ``seed=kvreg_faults.seed`` (``--kvreg-seed``) so a failing run can be repeated.
+    """
+    plan = fake_cudart.faults
+    plan.seed = int(request.config.getoption("--kvreg-seed"))
+    yield plan
+    plan.clear()

@@ -12,7 +12,6 @@ import torch  # noqa: F401
 
 from kvreg.fakes.mooncake import FakeMooncake, MooncakeDistributedStore
 
-pytest_plugins = ["pytester"]
 
 
 def test_import_reaches_the_fake_and_is_restored() -> None:

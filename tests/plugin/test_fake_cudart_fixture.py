@@ -11,7 +11,6 @@ import pytest
 # each run, and a C extension like torch cannot be imported a second time in one process.
 import torch  # noqa: F401
 
-pytest_plugins = ["pytester"]
 
 SGLANG_STYLE = '''
 import torch

@@ -13,7 +13,6 @@ import torch  # noqa: F401
 
 from kvreg.fakes.verbs import Fabric, NotModelledError
 
-pytest_plugins = ["pytester"]
 
 
 def test_every_import_form_reaches_the_fake_and_is_restored() -> None:

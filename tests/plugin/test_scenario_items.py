@@ -1,0 +1,148 @@
+"""Scenario files as pytest items, as a downstream project configures them (pytester)."""
+
+from __future__ import annotations
+
+import pytest
+
+# torch must already be imported here: pytester's in-process runs restore sys.modules.
+import torch  # noqa: F401
+
+
+SCENARIO = '''
+format = 1
+[pool]
+type = "mla"
+params = { layout = "page_first_direct", layer_num = 61, kv_lora_rank = 512, qk_rope_head_dim = 64, dtype = "bfloat16", page_size = 64 }
+[defaults]
+chunk_gb = 1
+[[scenario]]
+name = "above-limit"
+guards = "page-aligned seams keep every page in one registration (sglang PR #36798)"
+pages = 600
+[[scenario]]
+name = "fail-middle-chunk"
+guards = "a failed middle chunk rolls back the earlier ones (sglang PR #36798)"
+pages = 600
+expect = "register-error"
+faults = [{ point = "cudart.cudaHostRegister", nth = 2, error = "cudaErrorMemoryAllocation" }]
+'''
+
+BYTE_OFFSET_IMPL = '''
+import os
+import torch
+
+def register(buffer, registration_granularity_bytes=None):
+    cudart = torch.cuda.cudart()
+    limit = int(os.environ["SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB"]) << 30
+    total = buffer.numel() * buffer.element_size()
+    ranges = []
+    for off in range(0, total, limit):          # the bug: seams every `limit` bytes
+        size = min(limit, total - off)
+        rc = int(cudart.cudaHostRegister(buffer.data_ptr() + off, size, 0))
+        if rc:
+            for p, _ in reversed(ranges):
+                cudart.cudaHostUnregister(p)
+            raise RuntimeError(f"cudaHostRegister failed (rc={rc}) at offset={off}")
+        ranges.append((buffer.data_ptr() + off, size))
+    buffer.kv_ranges = ranges
+
+def teardown(buffer):
+    cudart = torch.cuda.cudart()
+    for p, _ in reversed(getattr(buffer, "kv_ranges", [])):
+        cudart.cudaHostUnregister(p)
+    buffer.kv_ranges = []
+'''
+
+
+def _project(pytester: pytest.Pytester, impl: bool = False) -> None:
+    pytester.mkdir("kv_scenarios")
+    (pytester.path / "kv_scenarios" / "mla.toml").write_text(SCENARIO)
+    ini = "[pytest]\nkvreg_scenarios = kv_scenarios\n"
+    if impl:
+        pytester.makepyfile(mypool=BYTE_OFFSET_IMPL)
+        ini += "kvreg_impl = mypool.py:register\nkvreg_style = sglang\n"
+    pytester.makeini(ini)
+
+
+def test_custom_scenarios_collect_with_readable_ids(pytester: pytest.Pytester) -> None:
+    _project(pytester)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["kv_scenarios/mla.toml::mla/above-limit",
+                                 "kv_scenarios/mla.toml::mla/fail-middle-chunk"])
+
+
+def test_reference_passes_and_k_selects(pytester: pytest.Pytester) -> None:
+    _project(pytester)
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
+    pytester.runpytest("-p", "no:cacheprovider", "-k", "fail-middle").assert_outcomes(passed=1)
+    pytester.runpytest("-p", "no:cacheprovider", "-m", "kvreg_scenario").assert_outcomes(
+        passed=2)
+
+
+def test_user_implementation_failure_message(pytester: pytest.Pytester) -> None:
+    _project(pytester, impl=True)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*scenario mla/above-limit failed (1 violation(s))*",
+        "*[[]transfer-failed] page 238 of kv_buffer*spans registrations at offset 1073741824*"])
+
+
+def test_command_line_options_override_the_ini(pytester: pytest.Pytester) -> None:
+    _project(pytester)
+    pytester.makepyfile(mypool=BYTE_OFFSET_IMPL)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--kvreg-impl", "mypool.py:register")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["kvreg scenarios: *implementation: mypool.py:register*"])
+
+
+def test_bundled_catalog_can_be_selected(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nkvreg_scenarios = bundled\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-k", "mla and page_first_direct and "
+                                "fail-middle and not fp8")
+    result.assert_outcomes(passed=1)
+
+
+def test_invalid_file_is_a_collection_error_naming_file_and_field(
+        pytester: pytest.Pytester) -> None:
+    _project(pytester)
+    (pytester.path / "kv_scenarios" / "bad.toml").write_text(
+        SCENARIO.replace('expect = "register-error"', 'expect = "sucess"'))
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines([
+        "*invalid kvreg scenario file:*",
+        "*bad.toml: scenario[[]1] (fail-middle-chunk): expect: expected one of*'sucess'*"])
+    assert result.ret != 0
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_scenarios_run_under_xdist(pytester: pytest.Pytester) -> None:
+    _project(pytester)
+    pytester.runpytest("-p", "no:cacheprovider", "-p", "no:benchmark", "-n", "2"
+                       ).assert_outcomes(passed=2)
+
+
+def test_pool_and_fault_fixtures(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile('''
+import pytest
+from kvreg.harness import reference
+
+def test_pool(kvreg_pool, kvreg_faults, fake_cudart):
+    pool = kvreg_pool("mla", layout="page_first_direct", layer_num=61, kv_lora_rank=512,
+                      qk_rope_head_dim=64, dtype="bfloat16", page_size=64, page_num=600)
+    assert pool.granularities() == [4497408]
+    kvreg_faults.arm("cudart.cudaHostRegister", nth=2, error=2)
+    (buf, spec), = list(pool)
+    with pytest.raises(reference.RegistrationError):
+        reference.register(fake_cudart.torch, buf.data_ptr(), spec.nbytes,
+                           granularity=spec.granularity, chunk_limit=1 << 30)
+    assert fake_cudart.live_registrations() == []
+    assert kvreg_faults.seed == 7
+''')
+    pytester.runpytest("-p", "no:cacheprovider", "--kvreg-seed", "7").assert_outcomes(passed=1)
+
+
+def test_report_header_names_seed(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--kvreg-seed", "3")
+    result.stdout.fnmatch_lines(["kvreg *: backend fake, device profile h200-r580, fault seed 3*"])
