@@ -1,0 +1,31 @@
+"""The example downstream project (examples/sglang_style_pool) catches its planted bug."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sglang_style_pool"
+
+
+def _pytest(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", *args],
+                          cwd=EXAMPLE, capture_output=True, text=True, timeout=300)
+
+
+def test_planted_bug_is_caught_with_page_and_seam() -> None:
+    out = _pytest()
+    assert out.returncode == 1, out.stdout[-2000:]
+    text = out.stdout
+    assert "FAILED kv_scenarios/our_pool.toml::our_pool/production-size" in text
+    assert ("[transfer-failed] page 238 of kv_buffer [1070383104, 1074880512) spans "
+            "registrations at offset 1073741824") in text
+    # the project's own unit tests and the rollback scenario still pass
+    assert "3 passed" in text and "1 failed" in text
+
+
+def test_the_fixed_implementation_passes() -> None:
+    out = _pytest("--kvreg-impl", "mypool_fixed.py:register")
+    assert out.returncode == 0, out.stdout[-2000:]
+    assert "4 passed" in out.stdout
