@@ -26,6 +26,13 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     for name, value in MEDIANS.items():
         if name.startswith("descriptors_per_s"):
             lines.append(f"{name} = {value:,.0f} descriptors/s (target >= 5,000,000)")
+    if "4tib_total_s" in MEDIANS:
+        lines.append(f"4 TiB pool plan+register+copy-validate+teardown: "
+                     f"{MEDIANS['4tib_total_s']:.2f} s (target < 2 s), peak RSS growth "
+                     f"{MEDIANS['4tib_peak_rss_growth_mb']:.0f} MB (target < 200 MB)")
+    if "catalog_s" in MEDIANS:
+        lines.append(f"bundled catalog ({MEDIANS.get('catalog_scenarios', '?')} scenarios) "
+                     f"with -j 2: {MEDIANS['catalog_s']:.1f} s (target < 60 s)")
     if lines:
         terminalreporter.section("kvreg performance ratios")
         for line in lines:

@@ -17,7 +17,7 @@ from .pools import PoolGeometry
 
 __all__ = ["TransferResult", "copy_every_page"]
 
-BATCH = 1 << 20   # descriptors per call
+BATCH = 1 << 18   # descriptors per call (bounds the validation temporaries)
 
 
 @dataclass

@@ -1,0 +1,54 @@
+"""Plan, register in 1 GiB chunks, batch-copy-validate every page and tear down a 4 TiB pool.
+
+Run as a script so its peak RSS is its own: prints one JSON line with seconds per phase and
+the peak RSS growth over the process's size after imports (design.md target: < 2 s,
+< 200 MB).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+
+from kvreg.fakes import FakeCuda
+from kvreg.harness.buffers import allocate
+from kvreg.harness.chunking import plan_pool
+from kvreg.harness.pools import make_geometry
+from kvreg.harness.reference import register, teardown
+from kvreg.harness.transfers import copy_every_page
+
+GiB = 1 << 30
+TiB = 1 << 40
+
+
+def main() -> None:
+    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+    page = 64 * 61 * 576 * 2
+    t0 = time.perf_counter()
+    geometry = make_geometry("mla", layout="page_first_direct", layer_num=61, kv_lora_rank=512,
+                             qk_rope_head_dim=64, dtype="bfloat16", page_size=64,
+                             page_num=(4 * TiB) // page)
+    plan = plan_pool(geometry, GiB, "reference")
+    t1 = time.perf_counter()
+    fake = FakeCuda()
+    (buf,) = allocate(geometry, fake.space)
+    spec = geometry.buffers()[0]
+    ranges = register(fake.torch, buf.data_ptr(), spec.nbytes, granularity=spec.copy_unit,
+                      chunk_limit=GiB)
+    t2 = time.perf_counter()
+    result = copy_every_page(fake.runtime, geometry, [buf])
+    t3 = time.perf_counter()
+    assert result.ok and result.copies == geometry.page_count, result
+    teardown(fake.torch, ranges)
+    t4 = time.perf_counter()
+    assert not fake.live_registrations()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"pages": geometry.page_count, "calls": plan.calls,
+                      "plan_s": t1 - t0, "register_s": t2 - t1, "copy_validate_s": t3 - t2,
+                      "teardown_s": t4 - t3, "total_s": t4 - t0,
+                      "peak_rss_growth_mb": (peak - base_rss) / 1024}))
+
+
+if __name__ == "__main__":
+    main()
