@@ -34,7 +34,8 @@ def bindings_module() -> types.ModuleType | None:
         from cuda.bindings import runtime
     except ImportError:
         return None
-    return runtime
+    module: types.ModuleType = runtime
+    return module
 
 
 # number of output slots after the error, per API (spec §9 return convention)
@@ -51,7 +52,8 @@ OUTPUTS: dict[str, int] = {
 
 _U64 = 1 << 64
 _U32 = 1 << 32
-_PTR_ERR = "Provided argument is of type {} but expected Type None, int or object with Buffer Protocol"
+_PTR_ERR = ("Provided argument is of type {} but expected Type None, int or object with Buffer "
+            "Protocol")
 
 
 def _ptr(value: Any) -> int:
@@ -103,12 +105,12 @@ def _stream(value: Any) -> int:
         return 0
     if isinstance(value, str | bytes | bytearray | memoryview) or not hasattr(value, "__int__"):
         raise TypeError("an integer is required")
-    value = int(value)
-    if value < 0:
+    number = int(value)
+    if number < 0:
         raise OverflowError("can't convert negative value to unsigned PY_LONG_LONG")
-    if value >= _U64:
+    if number >= _U64:
         raise OverflowError("Python int too large to convert to C unsigned long")
-    return value
+    return number
 
 
 def _size_list(label: str, values: Sequence[Any] | np.ndarray, n: int) -> np.ndarray:
@@ -135,26 +137,31 @@ def _size_list(label: str, values: Sequence[Any] | np.ndarray, n: int) -> np.nda
     return np.asarray(head, dtype=np.int64)
 
 
+def _int_enum(name: str, members: dict[str, int]) -> Any:
+    """An IntEnum built at run time (mypy cannot follow the functional API's members)."""
+    return enum.IntEnum(name, members)
+
+
 def _make_fallback_types() -> dict[str, Any]:
     """Stand-ins for the binding's enums and structs when cuda-bindings is absent."""
-    err = enum.IntEnum("cudaError_t", {name: code for code, (name, _) in E.ERRORS.items()})
-    mem = enum.IntEnum("cudaMemoryType", {"cudaMemoryTypeUnregistered": 0,
+    err = _int_enum("cudaError_t", {name: code for code, (name, _) in E.ERRORS.items()})
+    mem = _int_enum("cudaMemoryType", {"cudaMemoryTypeUnregistered": 0,
                                           "cudaMemoryTypeHost": 1, "cudaMemoryTypeDevice": 2,
                                           "cudaMemoryTypeManaged": 3})
-    kind = enum.IntEnum("cudaMemcpyKind", {"cudaMemcpyHostToHost": 0,
+    kind = _int_enum("cudaMemcpyKind", {"cudaMemcpyHostToHost": 0,
                                            "cudaMemcpyHostToDevice": 1,
                                            "cudaMemcpyDeviceToHost": 2,
                                            "cudaMemcpyDeviceToDevice": 3,
                                            "cudaMemcpyDefault": 4})
-    order = enum.IntEnum("cudaMemcpySrcAccessOrder", {
+    order = _int_enum("cudaMemcpySrcAccessOrder", {
         "cudaMemcpySrcAccessOrderInvalid": 0, "cudaMemcpySrcAccessOrderStream": 1,
         "cudaMemcpySrcAccessOrderDuringApiCall": 2, "cudaMemcpySrcAccessOrderAny": 3,
         "cudaMemcpySrcAccessOrderMax": 0x7FFFFFFF})
-    loc = enum.IntEnum("cudaMemLocationType", {
+    loc = _int_enum("cudaMemLocationType", {
         "cudaMemLocationTypeInvalid": 0, "cudaMemLocationTypeDevice": 1,
         "cudaMemLocationTypeHost": 2, "cudaMemLocationTypeHostNuma": 3,
         "cudaMemLocationTypeHostNumaCurrent": 4})
-    attr = enum.IntEnum("cudaDeviceAttr", {
+    attr = _int_enum("cudaDeviceAttr", {
         "cudaDevAttrCanMapHostMemory": 19, "cudaDevAttrUnifiedAddressing": 41,
         "cudaDevAttrCanUseHostPointerForRegisteredMem": 91,
         "cudaDevAttrHostRegisterSupported": 99,
@@ -233,7 +240,7 @@ class CudaBindingsFace(types.ModuleType):
         self._err = types_["cudaError_t"]
         self._errs = {code: self._err(code) for code in E.ERRORS}
 
-    # -- helpers ------------------------------------------------------------------------------
+    # -- helpers -------------------------------------------------------------------------------
     def _e(self, code: int) -> Any:
         hit = self._errs.get(code)
         return hit if hit is not None else self._err(code)
@@ -242,7 +249,7 @@ class CudaBindingsFace(types.ModuleType):
     def bindings_major(self) -> int:
         return self._kvreg_runtime.driver.profile.bindings_major
 
-    # -- error strings and state (spec §1, §6) ------------------------------------------------
+    # -- error strings and state (spec §1, §6) -------------------------------------------------
     def cudaGetErrorString(self, error: Any) -> tuple[Any, bytes]:
         return self._e(0), E.error_string(int(error)).encode()
 
@@ -255,7 +262,7 @@ class CudaBindingsFace(types.ModuleType):
     def cudaPeekAtLastError(self) -> tuple[Any]:
         return (self._e(self._kvreg_runtime.peek_at_last_error()),)
 
-    # -- registration (spec §2, §3) -------------------------------------------------------------
+    # -- registration (spec §2, §3) ------------------------------------------------------------
     def cudaHostRegister(self, ptr: Any, size: Any, flags: Any) -> tuple[Any]:
         p = _ptr(ptr)
         s = _unsigned(size, _U64, "size_t")
@@ -284,7 +291,7 @@ class CudaBindingsFace(types.ModuleType):
     def cudaFree(self, devPtr: Any) -> tuple[Any]:
         return (self._e(self._kvreg_runtime.free(_ptr(devPtr))),)
 
-    # -- queries (spec §4) --------------------------------------------------------------------------
+    # -- queries (spec §4) ---------------------------------------------------------------------
     def cudaPointerGetAttributes(self, ptr: Any) -> tuple[Any, Any]:
         code, attrs = self._kvreg_runtime.pointer_get_attributes(_ptr(ptr))
         if code or attrs is None:
@@ -332,7 +339,7 @@ class CudaBindingsFace(types.ModuleType):
         code, v = self._kvreg_runtime.driver_get_version()
         return self._e(code), v
 
-    # -- streams ------------------------------------------------------------------------------------
+    # -- streams -------------------------------------------------------------------------------
     def cudaStreamCreate(self) -> tuple[Any, Any]:
         code, handle = self._kvreg_runtime.stream_create()
         return self._e(code), (self.cudaStream_t(handle) if handle is not None else None)
@@ -346,7 +353,7 @@ class CudaBindingsFace(types.ModuleType):
     def cudaDeviceSynchronize(self) -> tuple[Any]:
         return (self._e(self._kvreg_runtime.synchronize(None)),)
 
-    # -- copies (spec §5) ---------------------------------------------------------------------------
+    # -- copies (spec §5) ----------------------------------------------------------------------
     def cudaMemcpyAsync(self, dst: Any, src: Any, count: Any, kind: Any,
                         stream: Any) -> tuple[Any]:
         code = self._kvreg_runtime.memcpy_async(_ptr(dst), _ptr(src),
@@ -362,7 +369,7 @@ class CudaBindingsFace(types.ModuleType):
         """12.x returns (err, failIdx) with failIdx None on error; 13.x returns (err,)."""
         n = _unsigned(count, _U64, "size_t")
         na = _unsigned(numAttrs, _U64, "size_t")
-        for label, seq, need in (("dsts", dsts, n), ("srcs", srcs, n), ("sizes", sizes, n),
+        for _label, seq, need in (("dsts", dsts, n), ("srcs", srcs, n), ("sizes", sizes, n),
                                  ("attrs", attrs, na), ("attrsIdxs", attrsIdxs, na)):
             if seq is None:
                 seq = ()
@@ -407,14 +414,14 @@ class CudaBindingsFace(types.ModuleType):
         for value, convert in zip(args, converters, strict=True):
             convert(value)
 
-    # -- everything else -------------------------------------------------------------------------
+    # -- everything else -----------------------------------------------------------------------
     def __getattr__(self, name: str) -> Any:
         real = self.__dict__.get("_real")
         if name.startswith("__"):
             raise AttributeError(name)
         if real is not None and hasattr(real, name):
             value = getattr(real, name)
-            if isinstance(value, int | float | str | bytes) or isinstance(value, type):
+            if isinstance(value, int | float | str | bytes | type):
                 return value   # constants and types are safe to share
             raise NotModelledError(
                 f"cuda.bindings.runtime.{name} is not modelled by kvreg's fake CUDA runtime; "

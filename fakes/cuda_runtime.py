@@ -9,6 +9,7 @@ the calling thread's last-error slot of this instance only.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -372,18 +373,15 @@ class FakeRuntime:
         if not self._stream_ok(stream):
             return self._fail(E.INVALID_RESOURCE_HANDLE), size_max
         idxs = [int(i) for i in attrs_idxs[:num_attrs]]
-        if idxs[0] != 0 or any(b <= a for a, b in zip(idxs, idxs[1:], strict=False)) \
+        if idxs[0] != 0 or any(b <= a for a, b in itertools.pairwise(idxs)) \
                 or idxs[-1] >= count:
             return self._fail(E.INVALID_VALUE), size_max
         for order in attrs_access_orders[:num_attrs]:
             if int(order) not in (1, 2, 3):               # Invalid (0) is the default: rejected
                 return self._fail(E.INVALID_VALUE), size_max
-        d = np.asarray(dsts[:count] if not isinstance(dsts, np.ndarray) else dsts[:count],
-                       dtype=np.uint64)
-        s = np.asarray(srcs[:count] if not isinstance(srcs, np.ndarray) else srcs[:count],
-                       dtype=np.uint64)
-        n = np.asarray(sizes[:count] if not isinstance(sizes, np.ndarray) else sizes[:count],
-                       dtype=np.int64)
+        d = np.asarray(dsts[:count], dtype=np.uint64)
+        s = np.asarray(srcs[:count], dtype=np.uint64)
+        n = np.asarray(sizes[:count], dtype=np.int64)
         bad = (n <= 0) | (d == 0) | (s == 0)              # zero-size / NULL entries (rmm #2509)
         if bad.any():
             i = int(np.argmax(bad))

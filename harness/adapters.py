@@ -3,9 +3,11 @@
 ``reference`` is kvreg's own; ``sglang`` calls ``register(buffer, G)`` / ``teardown(buffer)``
 with cudart from ``torch.cuda.cudart()`` and the limit from
 ``SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB``; ``generic`` calls ``register(cudart, ptr, nbytes,
-*, granularity, chunk_limit)`` / ``teardown(cudart, ranges)``. User styles get the granularity
-the real pool passes (None where upstream registers in one call); the reference gets
-kvreg's copy unit, because it chunks every layout.
+*, granularity, chunk_limit)`` / ``teardown(cudart, ranges)``. The sglang style gets the
+granularity the real pool passes (None where upstream registers in one call); the reference
+gets kvreg's copy unit, because it chunks every layout; the generic style gets the pool's
+granularity where it passes one and kvreg's copy unit where it passes None (a None would
+leave a generic implementation no safe way to chunk a pool above the per-call ceiling).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import reference
+from . import mooncake_reference, reference
 from .chunking import reference_unit
 from .pools import BufferSpec, PageExtents
 
@@ -80,7 +82,7 @@ class Implementation:
 
     def granularity(self, spec: BufferSpec, limit: int, extents: PageExtents | None,
                     index: int) -> int | None:
-        if self.style == "reference":
+        if self.style == "reference" or (self.style == "generic" and spec.granularity is None):
             return reference_unit(spec, limit, extents, index)[0]
         return spec.granularity
 
@@ -109,10 +111,38 @@ class Implementation:
 
     def check_limit(self, limit: int) -> str | None:
         """Why this style cannot express a chunk limit, or None."""
+        if self.style == "mooncake":
+            return ("the mooncake style registers with a Mooncake store; this scenario "
+                    "registers with CUDA")
         if self.style == "sglang" and limit % GiB:
             return (f"the sglang style reads whole GiB from SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB;"
                     f" this scenario's limit is {limit} bytes")
         return None
+
+    # -- mooncake style: MRs through a Mooncake store (harness.mooncake_runner) ------------
+    def register_mr(self, store: Any, ptr: int, nbytes: int, *, max_mr_size: int,
+                    granularity: int | None) -> Any:
+        """Register one buffer with the store; returns the ranges teardown_mr needs."""
+        if self.style == "reference":
+            return mooncake_reference.register(store, ptr, nbytes, max_mr_size=max_mr_size,
+                                               granularity=granularity)
+        if self.style == "mooncake":
+            assert self.register_fn is not None
+            return self.register_fn(store, ptr, nbytes, max_mr_size=max_mr_size,
+                                    granularity=granularity)
+        raise ImplementationError(f"style {self.style!r} registers CUDA buffers, not MRs "
+                                  "with a Mooncake store (use --style mooncake)")
+
+    def teardown_mr(self, store: Any, ranges: Any) -> Any:
+        """Unregister what register_mr returned (called once per teardown round)."""
+        if self.style == "reference":
+            return mooncake_reference.teardown(store, ranges)
+        assert self.teardown_fn is not None
+        return self.teardown_fn(store, ranges)
+
+    def registers_mrs(self) -> bool:
+        """Whether this implementation can run Mooncake scenarios."""
+        return self.style in ("reference", "mooncake")
 
 
 def make_implementation(impl: str | None = None, teardown: str | None = None,

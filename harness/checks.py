@@ -193,10 +193,10 @@ def check_run(r: RunRecord) -> list[Violation]:
     for ptr, size in r.live_end:
         if ptr in rollback_injected:
             continue
-        b = _owner(r, ptr, size)
-        if b is not None and b.error is not None:
+        owner = _owner(r, ptr, size)
+        if owner is not None and owner.error is not None:
             msg = (f"chunk [{_where(r, ptr)}, +{size}) is still registered after register() of "
-                   f"{b.spec.name} failed: no rollback")
+                   f"{owner.spec.name} failed: no rollback")
             rule = "not-rolled-back"
         elif "teardown" in r.exercised:
             lost = any(e.injected and int(e.args[0]) == ptr for e in unregs)

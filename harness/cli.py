@@ -18,6 +18,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_run(sub)
     add_plan(sub)
+    from kvreg.realhw.cli import add_parser as add_fidelity
+
+    add_fidelity(sub)
     cov = sub.add_parser("coverage", help="write COVERAGE.md: which CUDA APIs the fake models")
     cov.add_argument("--output", default="COVERAGE.md")
     return parser
@@ -37,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
         from .plan_cli import run as plan_run
 
         return int(plan_run(args))
+    if args.command == "fidelity":
+        from kvreg.realhw.cli import run as fidelity_run
+
+        return int(fidelity_run(args))
     if args.command == "coverage":
         from kvreg.fakes.coverage import main as cov_main
 

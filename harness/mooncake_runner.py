@@ -1,23 +1,291 @@
-"""Mooncake scenarios: registration with the store over the fake RDMA fabric (placeholder).
+"""Run one Mooncake scenario: MR registration through a store on the fake RDMA fabric.
 
-Filled by the Mooncake scenarios work; until then a mooncake scenario is skipped with a reason.
+The flow mirrors the CUDA runner (harness/runner.py): a fresh :class:`FakeMooncake` with the
+scenario's profile, NICs and ``MC_MAX_MR_SIZE``; the pool's buffers (virtual, or real bytes
+for data scenarios); the scenario's faults (``mooncake.*``, ``verbs.*``), armed after the
+store's setup so ``nth`` counts the implementation's calls; every buffer registered through
+the implementation with the effective MR limit and the object stride; every page put and
+read back (and, with ``pd``, written by RDMA from a prefill node into a decode node); then
+teardown as often as the scenario says. The implementation's ``teardown`` gets the same
+ranges each round, so it must forget what it released (the reference keeps only failures).
+
+Options (the scenario's ``mooncake`` table), all optional:
+
+- ``profile``: ``released`` (≤ v0.3.12.post1, default) or ``head`` (mooncake-verbs.md §6.1)
+- ``protocol``: ``rdma`` (default) or ``tcp``
+- ``devices``: NIC name -> NIC profile (default ``{ mlx5_0 = "mlx5" }``)
+- ``device_max_mr_size``: overrides every device's advertised max_mr_size
+- ``mc_max_mr_size``: the ``MC_MAX_MR_SIZE`` environment value in bytes (unset by default)
+- ``fastdeploy_clamp``: FastDeploy's 1–6 GiB clamp of it, written back to the env (§2.1)
+- ``io``: ``auto`` (multi-buffer where a page has more pointers than keys), ``flat``, ``multi``
+- ``merged``: one batch call for every member of a hybrid pool (newer SGLang, §3.4)
+- ``pd``: also write every page from a prefill node into a decode node by RDMA WRITE
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from kvreg.fakes.mooncake import STORE_PROFILES, FakeMooncake
+from kvreg.fakes.verbs.profiles import get_nic_profile
+
 from .adapters import Implementation
-from .runner import ScenarioResult
+from .mooncake_checks import McBuffer, McRecord, check_mooncake_run
+from .mooncake_io import (
+    IoPlanError,
+    PoolBuffer,
+    allocate_pool,
+    mr_ranges,
+    object_stride,
+    pages_to_send,
+    plan_io,
+    store_round_trip,
+)
+from .mooncake_pd import pd_transfer
+from .mooncake_reference import effective_mr_limit
+from .pools import GeometryError, PoolGeometry
+from .runner import WALL_LIMIT_S, CallBudgetExceeded, ScenarioResult, _capture_logs, _wall_guard
 from .scenario import Scenario
+
+__all__ = ["MooncakeOptions", "run_mooncake_scenario", "validate_options"]
+
+MASTER = "kvreg-master:50051"
+_IO = ("auto", "flat", "multi")
+_BOOLS = ("fastdeploy_clamp", "merged", "pd")
+_INTS = ("device_max_mr_size", "mc_max_mr_size")
+_KNOWN = ("profile", "protocol", "devices", *_INTS, *_BOOLS, "io")
+
+
+@dataclass(frozen=True)
+class MooncakeOptions:
+    """A scenario's ``mooncake`` table, with defaults."""
+
+    profile: str = "released"
+    protocol: str = "rdma"
+    devices: tuple[tuple[str, str], ...] = (("mlx5_0", "mlx5"),)
+    device_max_mr_size: int | None = None
+    mc_max_mr_size: int | None = None
+    fastdeploy_clamp: bool = False
+    io: str = "auto"
+    merged: bool = False
+    pd: bool = False
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> MooncakeOptions:
+        """Options already checked by :func:`validate_options`."""
+        kw = dict(options)
+        if "devices" in kw:
+            kw["devices"] = tuple((str(k), str(v)) for k, v in kw["devices"].items())
+        return cls(**kw)
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """The pool under test is on the first node (the decode node for PD)."""
+        return ("decode", "prefill") if self.pd else ("node0",)
 
 
 def validate_options(options: dict[str, Any]) -> list[str]:
     """Problems with a scenario's ``mooncake`` table (empty list when valid)."""
-    return []
+    problems = [f"one of the fields {list(_KNOWN)}, not {k!r}" for k in options
+                if k not in _KNOWN]
+    profile = options.get("profile", "released")
+    if profile not in STORE_PROFILES:
+        problems.append(f"profile = one of {sorted(STORE_PROFILES)} (got {profile!r})")
+    protocol = options.get("protocol", "rdma")
+    if protocol not in ("rdma", "tcp"):
+        problems.append(f"protocol = 'rdma' or 'tcp' (got {protocol!r})")
+    devices = options.get("devices", {"mlx5_0": "mlx5"})
+    if not isinstance(devices, Mapping) or not devices:
+        problems.append(f"devices = a table of NIC name -> NIC profile (got {devices!r})")
+    else:
+        for name, prof in devices.items():
+            try:
+                get_nic_profile(prof)
+            except (ValueError, TypeError, KeyError) as exc:
+                problems.append(f"devices.{name} = a NIC profile ({exc})")
+    for key in _INTS:
+        value = options.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < (0 if key == "mc_max_mr_size" else 1)):
+            problems.append(f"{key} = a byte count (got {value!r})")
+    for key in _BOOLS:
+        if not isinstance(options.get(key, False), bool):
+            problems.append(f"{key} = true or false (got {options[key]!r})")
+    if options.get("io", "auto") not in _IO:
+        problems.append(f"io = one of {list(_IO)} (got {options['io']!r})")
+    if options.get("pd") is True:
+        if profile == "head":
+            problems.append("pd with profile 'released': at HEAD register_buffer registers "
+                            "LOCAL_WRITE only and publishes no rkey (§1.5, #3151), so no "
+                            "remote node can write into it")
+        if protocol != "rdma":
+            problems.append("pd with protocol 'rdma' (RDMA WRITE needs MRs)")
+    return problems
+
+
+@dataclass
+class _Run:
+    """The deployment of one run."""
+
+    fake: FakeMooncake
+    geometry: PoolGeometry
+    stores: dict[str, Any]
+    pools: dict[str, list[PoolBuffer]]
+    limit: int
+    runs: list[McBuffer] = field(default_factory=list)
+
+
+def _build(sc: Scenario, opts: MooncakeOptions) -> _Run:
+    """Fabric, stores set up on every node, the pool's buffers; no fault armed yet."""
+    geometry = sc.geometry()
+    env: dict[str, str] = {}
+    if opts.fastdeploy_clamp:
+        # FastDeploy's v1 connector writes the clamped value back before setup (§2.1)
+        env["MC_MAX_MR_SIZE"] = str(effective_mr_limit(opts.mc_max_mr_size, (),
+                                                       protocol="tcp", fastdeploy_clamp=True))
+    elif opts.mc_max_mr_size:
+        env["MC_MAX_MR_SIZE"] = str(opts.mc_max_mr_size)
+    nodes = opts.nodes
+    fake = FakeMooncake(opts.profile, node=nodes[0], devices=dict(opts.devices), env=env)
+    for extra in nodes[1:]:
+        fake.fabric.add_node(extra)
+        for name, prof in opts.devices:
+            fake.fabric.add_device(name, prof, node=extra)
+    if opts.device_max_mr_size is not None:
+        for node in nodes:
+            for name, _ in opts.devices:
+                fake.fabric.add_device(name, node=node, max_mr_size=opts.device_max_mr_size)
+    stores = {}
+    for node in nodes:
+        store = fake.store(node)
+        rc = store.setup(f"{node}-host", "P2PHANDSHAKE", 0, 0, opts.protocol, "", MASTER)
+        if rc != 0:
+            raise RuntimeError(f"the fake store's setup on {node} returned {rc}")
+        stores[node] = store
+    client = stores[nodes[0]].client
+    assert client is not None
+    limit = int(client.max_mr_size)
+    nics = fake.node(nodes[0]).nics.values()
+    ours = effective_mr_limit(opts.mc_max_mr_size, [int(n.attr["max_mr_size"]) for n in nics],
+                              protocol=opts.protocol, fastdeploy_clamp=opts.fastdeploy_clamp)
+    if ours != limit:
+        raise RuntimeError(f"kvreg's effective_mr_limit gives {ours} but the fake store "
+                           f"uses {limit}")
+    real = sc.memory == "real"
+    pools = {n: allocate_pool(fake, n, geometry, real=real, label_node=opts.pd) for n in nodes}
+    return _Run(fake, geometry, stores, pools, limit)
+
+
+def _next_seq(fake: FakeMooncake) -> int:
+    trace = fake.trace
+    return trace[len(trace) - 1].seq + 1 if len(trace) else 0
+
+
+def _register(run: _Run, impl: Implementation, nodes: tuple[str, ...]) -> bool:
+    """Register every buffer of every node; stop at the first error. True if all went well."""
+    fake = run.fake
+    extents = run.geometry.page_extents() if run.geometry.has_page_meta else None
+    for node in nodes:
+        store = run.stores[node]
+        for pb in run.pools[node]:
+            b = McBuffer(pb, object_stride(pb.spec, extents, pb.index))
+            run.runs.append(b)
+            b.seq_start = _next_seq(fake)
+            try:
+                b.handle = impl.register_mr(store, pb.base, pb.nbytes, max_mr_size=run.limit,
+                                            granularity=b.granularity)
+                b.registered = True
+            except CallBudgetExceeded:
+                raise
+            except Exception as exc:
+                b.error = exc
+            b.seq_end = _next_seq(fake)
+            if b.error is not None:
+                b.live_after_error = [(p, s) for p, s in store.registered_buffers()
+                                      if pb.holds(p, s)]
+                return False
+    return True
+
+
+def _exercise(run: _Run, sc: Scenario, opts: MooncakeOptions, record: McRecord) -> None:
+    """Every page through the store, and the PD writes; the first failure of each."""
+    nodes = opts.nodes
+    real = sc.memory == "real"
+    pools = [run.pools[n] for n in nodes]
+    ranges = [mr_ranges(run.fake, n) for n in nodes]
+    pages = pages_to_send(run.geometry, pools, ranges, real=real)
+    batches = plan_io(run.geometry, pages, io=opts.io, merged=opts.merged)
+    _, failure = store_round_trip(run.fake, run.stores[nodes[0]], nodes[0], run.geometry,
+                                  run.pools[nodes[0]], batches)
+    if failure is not None:
+        record.io_failures.append(failure)
+    if opts.pd:
+        _, failure = pd_transfer(run.fake, run.geometry, run.pools["prefill"],
+                                 run.pools["decode"], pages)
+        if failure is not None:
+            record.io_failures.append(failure)
 
 
 def run_mooncake_scenario(sc: Scenario, impl: Implementation, *,
                           keep_trace: bool = False) -> ScenarioResult:
-    return ScenarioResult(sc.id, sc.pool, "skip", reason="mooncake scenarios are not built yet",
-                          guards=sc.guards)
+    """Run and judge one Mooncake scenario; never raises for a misbehaving implementation."""
+    start = time.perf_counter()
+    result = ScenarioResult(sc.id, sc.pool, "pass", guards=sc.guards)
+    if not impl.registers_mrs():
+        result.verdict = "skip"
+        result.reason = (f"the {impl.style} style registers CUDA buffers; Mooncake scenarios "
+                         "need --style mooncake")
+        return result
+    opts = MooncakeOptions.parse(sc.mooncake)
+    try:
+        run = _build(sc, opts)
+        plan_io(run.geometry, [0], io=opts.io, merged=opts.merged)   # a bad plan fails early
+    except (IoPlanError, GeometryError, ValueError, RuntimeError) as exc:
+        result.verdict, result.reason = "error", f"kvreg cannot run this scenario: {exc}"
+        return result
+    fake = run.fake
+    for spec in sc.faults:
+        fake.faults.arm_from_dict(spec)
+    budget = CallBudgetExceeded(f"call budget of {sc.call_budget} store calls spent")
+    fake.faults.arm("mooncake.*", raise_=budget, after=sc.call_budget)
+    store_limited = opts.protocol in fake.profile.store_limit_protocols
+    record = McRecord(run.limit, sc.expect, store_limited, run.runs, [], exercised=sc.exercise)
+    try:
+        with fake.patch(opts.nodes[0]), _wall_guard(WALL_LIMIT_S), _capture_logs() as logs:
+            record.logs = logs
+            ok = _register(run, impl, opts.nodes)
+            if ok and "transfers" in sc.exercise:
+                _exercise(run, sc, opts, record)
+            record.teardown_start = _next_seq(fake)
+            rounds = sum(1 for step in sc.exercise if step == "teardown")
+            for rnd in range(rounds):
+                for b in reversed(run.runs):
+                    if not b.registered:
+                        continue
+                    try:
+                        impl.teardown_mr(run.stores[b.pool.node], b.handle)
+                    except CallBudgetExceeded:
+                        raise
+                    except Exception as exc:
+                        record.teardown_errors.append((rnd, b, exc))
+    except CallBudgetExceeded:
+        record.budget_hit = len(fake.trace)
+    except Exception as exc:   # kvreg itself failed: report, don't crash the catalog
+        result.verdict = "error"
+        result.reason = f"kvreg internal error: {type(exc).__name__}: {exc}"
+        return result
+    record.trace = list(fake.trace)
+    record.live_end = [(lb.node, lb.base, lb.size) for lb in fake.live_buffers()]
+    fake.faults.clear()
+    fake.close_all()
+    result.violations = check_mooncake_run(record)
+    result.verdict = "fail" if result.violations else "pass"
+    result.calls = len(record.trace)
+    result.seconds = time.perf_counter() - start
+    if keep_trace or result.violations:
+        result.trace_text = fake.trace.format(limit=200)
+    return result
+

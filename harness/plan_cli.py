@@ -102,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
         for bp in plan.buffers:
             d = bp.as_dict(plan.extents, limit_rows=3)
             print(f"    {d['buffer']:<24} bytes={d['nbytes']:<16} "
-                  f"upstream_G={d['upstream_granularity']} copy_unit={d['copy_unit']} chunk={d['chunk']} calls={d['calls']}"
+                  f"upstream_G={d['upstream_granularity']} copy_unit={d['copy_unit']} "
+                  f"chunk={d['chunk']} calls={d['calls']}"
                   + (f"  ({d['note']})" if d["note"] else ""))
     if args.json:
         doc = {"geometry": geometry.describe(), "chunk_limit": limit,

@@ -135,7 +135,8 @@ class ScenarioItem(pytest.Item):
             self.add_marker("kvreg_gpu")
 
     def runtest(self) -> None:
-        plugin: ScenarioPlugin = self.config.pluginmanager.get_plugin("kvreg-scenarios")
+        plugin = self.config.pluginmanager.get_plugin("kvreg-scenarios")
+        assert isinstance(plugin, ScenarioPlugin)
         if self.backend not in self.scenario.backends:
             pytest.skip(f"scenario runs on {', '.join(self.scenario.backends)} only "
                         f"(backend {self.backend})")

@@ -116,7 +116,8 @@ def run_run(args: argparse.Namespace) -> int:
         return 2
     progress = sys.stderr if sys.stderr.isatty() and not os.environ.get("CI") else None
     results = _run_all(scenarios, impl, max(args.jobs, 1), progress)
-    doc = {"summary": summary(results), "scenarios": [r.as_dict() for r in results]}
+    counts = summary(results)
+    doc = {"summary": counts, "scenarios": [r.as_dict() for r in results]}
     if args.json == "-":
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -124,7 +125,7 @@ def run_run(args: argparse.Namespace) -> int:
         _table(results, sys.stdout, args.trace)
         if args.json:
             Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
-    failed = doc["summary"]["failed"] + doc["summary"]["errors"]
+    failed = counts["failed"] + counts["errors"]
     return 1 if failed else 0
 
 

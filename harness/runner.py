@@ -211,7 +211,8 @@ def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False
     except CallBudgetExceeded:
         record.budget_hit = len(fake.trace)
     except Exception as exc:  # kvreg itself failed: report, don't crash the catalog
-        result.verdict, result.reason = "error", f"kvreg internal error: {type(exc).__name__}: {exc}"
+        result.verdict = "error"
+        result.reason = f"kvreg internal error: {type(exc).__name__}: {exc}"
         return result
     record.trace = list(fake.trace)
     record.live_end = [(r.base, r.size) for r in fake.live_registrations()]

@@ -66,7 +66,7 @@ class RegistrationMachine(RuleBasedStateMachine):
         self._old_env = os.environ.get(ENV_CHUNK_GB)
         self.model: dict[int, tuple[int, int]] = {}   # base -> (nbytes, page) of live pools
 
-    # -- calling the implementation in its style ---------------------------------------------
+    # -- calling the implementation in its style --------------------------------------------------
     def _register(self, buffer: Any, page: int, limit: int) -> Any:
         if self.style == "sglang":
             os.environ[ENV_CHUNK_GB] = str(limit // GiB)
@@ -81,7 +81,7 @@ class RegistrationMachine(RuleBasedStateMachine):
         else:
             type(self).teardown_impl(self.fake.torch, pool.handle)
 
-    # -- rules ------------------------------------------------------------------------------------
+    # -- rules --------------------------------------------------------------------------------
     @rule(target=pools, page_kib=st.sampled_from([4, 12, 96, 4392]),
           pages=st.integers(1, 2000), limit_gib=st.integers(1, 3),
           fail_nth=st.none() | st.integers(1, 4))
@@ -132,7 +132,7 @@ class RegistrationMachine(RuleBasedStateMachine):
         codes = [c for c in self.fake.trace.codes("cudaHostUnregister")]
         assert all(c == 0 for c in codes), f"an unregister failed: {codes}"
 
-    # -- invariants ---------------------------------------------------------------------------------
+    # -- invariants --------------------------------------------------------------------------------
     @invariant()
     def registrations_cover_exactly_the_live_pools(self) -> None:
         covered: dict[int, int] = {}

@@ -61,7 +61,7 @@ def test_machine_catches_byte_offset_seams() -> None:
         register_impl = staticmethod(byte_offset_register)
         teardown_impl = staticmethod(sglang_teardown)
 
-    with pytest.raises(AssertionError, match="a seam cuts a page|copy|spans"):
+    with pytest.raises(AssertionError, match=r"a seam cuts a page|copy|spans"):
         run_state_machine_as_test(Broken, settings=settings(max_examples=60, deadline=None,
                                                             stateful_step_count=8))
 
@@ -70,6 +70,6 @@ def test_machine_catches_missing_rollback() -> None:
     class Broken(RegistrationMachine):
         register_impl = staticmethod(no_rollback_register)
 
-    with pytest.raises(AssertionError, match="left .* chunk"):
+    with pytest.raises(AssertionError, match=r"left .* chunk"):
         run_state_machine_as_test(Broken, settings=settings(max_examples=80, deadline=None,
                                                             stateful_step_count=8))

@@ -13,7 +13,6 @@ import torch  # noqa: F401
 from kvreg.fakes.mooncake import FakeMooncake, MooncakeDistributedStore
 
 
-
 def test_import_reaches_the_fake_and_is_restored() -> None:
     fake = FakeMooncake(env={})
     assert "mooncake" not in sys.modules

@@ -11,7 +11,6 @@ import pytest
 # each run, and a C extension like torch cannot be imported a second time in one process.
 import torch  # noqa: F401
 
-
 SGLANG_STYLE = '''
 import torch
 
@@ -139,7 +138,8 @@ def test_many(fake_cudart, i):
     for p, _ in reversed(register(buf, 1 << 30)):
         torch.cuda.cudart().cudaHostUnregister(p)
 ''')
-    pytester.runpytest("-p", "no:cacheprovider", "-p", "no:benchmark", "-n", "2").assert_outcomes(passed=8)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:benchmark", "-n", "2")
+    result.assert_outcomes(passed=8)
 
 
 def test_plugin_module_imports_nothing_heavy() -> None:

@@ -7,12 +7,12 @@ import pytest
 # torch must already be imported here: pytester's in-process runs restore sys.modules.
 import torch  # noqa: F401
 
-
 SCENARIO = '''
 format = 1
 [pool]
 type = "mla"
-params = { layout = "page_first_direct", layer_num = 61, kv_lora_rank = 512, qk_rope_head_dim = 64, dtype = "bfloat16", page_size = 64 }
+params = { layout = "page_first_direct", layer_num = 61, kv_lora_rank = 512, \
+qk_rope_head_dim = 64, dtype = "bfloat16", page_size = 64 }
 [defaults]
 chunk_gb = 1
 [[scenario]]

@@ -14,7 +14,6 @@ import torch  # noqa: F401
 from kvreg.fakes.verbs import Fabric, NotModelledError
 
 
-
 def test_every_import_form_reaches_the_fake_and_is_restored() -> None:
     f = Fabric(devices={"mlx5_0": "mlx5"})
     before = {k: v for k, v in sys.modules.items() if k.split(".")[0] == "pyverbs"}

@@ -1,0 +1,244 @@
+"""The rules a Mooncake scenario is judged by: each broken rule is a sentence.
+
+The same rules as the CUDA runner's (harness/checks.py), read from the fake fabric's trace of
+``register_buffer`` / ``unregister_buffer`` calls: every MR inside its buffer and no larger
+than the effective limit (mooncake-verbs.md §1.6), failures raised and rolled back, every
+page stored and read back (§1.7), every MR released exactly once by its exact base (§1.5
+step 5), nothing left registered. Messages name the buffer and offset, the call and the
+ErrorCode, so a user can act on the first one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvreg.fakes.mooncake.errors import error_name
+from kvreg.fakes.recorder import TraceEntry
+
+from .checks import Violation
+from .mooncake_io import IoFailure, PoolBuffer
+
+__all__ = ["McBuffer", "McRecord", "check_mooncake_run"]
+
+INVALID = -600
+
+
+@dataclass
+class McBuffer:
+    """One buffer's registration through the implementation."""
+
+    pool: PoolBuffer
+    granularity: int
+    error: BaseException | None = None
+    handle: Any = None
+    registered: bool = False
+    seq_start: int = 0
+    seq_end: int = 0
+    live_after_error: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass
+class McRecord:
+    """Everything a Mooncake run produced, for the checks."""
+
+    limit: int
+    expect: str
+    store_limited: bool                 # the profile's store rejects a buffer above the limit
+    buffers: list[McBuffer]
+    trace: list[TraceEntry]
+    exercised: tuple[str, ...] = ()
+    io_failures: list[IoFailure] = field(default_factory=list)
+    teardown_errors: list[tuple[int, McBuffer, BaseException]] = field(default_factory=list)
+    teardown_start: int | None = None
+    live_end: list[tuple[str, int, int]] = field(default_factory=list)   # node, base, size
+    budget_hit: int | None = None
+    logs: list[str] = field(default_factory=list)
+
+
+def _node(e: TraceEntry) -> str:
+    return e.face.split(":", 1)[1]
+
+
+def _where(r: McRecord, node: str, ptr: int) -> str:
+    for b in r.buffers:
+        p = b.pool
+        if p.node == node and p.base <= ptr < p.base + max(p.nbytes, 1):
+            return f"{p.label}+{ptr - p.base:#x}"
+    return f"{ptr:#x} (outside every pool buffer)"
+
+
+def _owner(r: McRecord, node: str, ptr: int, size: int) -> McBuffer | None:
+    return next((b for b in r.buffers if b.pool.node == node and b.pool.holds(ptr, size)), None)
+
+
+def _exc(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _rc(code: int | None) -> str:
+    return f"{code} {error_name(code or 0)}"
+
+
+def check_mooncake_run(r: McRecord) -> list[Violation]:
+    """All violations of a run, first one first."""
+    out: list[Violation] = []
+    calls = [e for e in r.trace if e.face.startswith("mooncake:")
+             and e.api in ("register_buffer", "unregister_buffer")]
+    regs = [e for e in calls if e.api == "register_buffer"]
+    unregs = [e for e in calls if e.api == "unregister_buffer"]
+    if r.budget_hit is not None:
+        out.append(Violation("call-budget", f"stopped after {r.budget_hit} store calls: the "
+                             "implementation loops or never finishes", 0))
+    _check_calls(r, regs, out)
+    _check_failures(r, regs, out)
+    for f in r.io_failures:
+        out.append(Violation(f.rule, f.sentence, f.seq))
+    _check_releases(r, calls, out)
+    _check_leaks(r, unregs, out)
+    for rnd, b, err in r.teardown_errors:
+        injected = any(e.injected for e in unregs
+                       if r.teardown_start is not None and e.seq >= r.teardown_start)
+        if not injected:
+            out.append(Violation("teardown-raised", f"teardown #{rnd + 1} of {b.pool.label} "
+                                 f"raised {_exc(err)}", 1 << 42))
+    out.sort(key=lambda v: v.seq)
+    return out
+
+
+def _check_calls(r: McRecord, regs: list[TraceEntry], out: list[Violation]) -> None:
+    """Every register_buffer: non-empty, inside one pool buffer, within the MR limit."""
+    for e in regs:
+        node, ptr, size = _node(e), int(e.args[0]), int(e.args[1])
+        call = f"call #{e.seq} register_buffer({_where(r, node, ptr)}, {size})"
+        if size == 0:
+            out.append(Violation("register-size-zero", f"{call} registers 0 bytes (the store "
+                                 "rejects it with -600 INVALID_PARAMS)", e.seq))
+            continue
+        if _owner(r, node, ptr, size) is None:
+            out.append(Violation("range-outside-buffer", f"{call} is not inside one pool "
+                                 "buffer", e.seq))
+        elif size > r.limit:
+            tail = (": released Mooncake rejects it with -600 INVALID_PARAMS and registers "
+                    "nothing (§1.6)" if r.store_limited and e.code == INVALID else "")
+            out.append(Violation("mr-over-limit", f"{call} asks for one MR of {size} bytes, "
+                                 f"above the effective MR limit {r.limit} (MC_MAX_MR_SIZE or "
+                                 f"1 TiB, lowered to every device's max_mr_size){tail}", e.seq))
+
+
+def _failing(r: McRecord, regs: list[TraceEntry], b: McBuffer) -> list[TraceEntry]:
+    return [e for e in regs if e.code and b.seq_start <= e.seq < b.seq_end]
+
+
+def _explain(r: McRecord, regs: list[TraceEntry], b: McBuffer) -> str:
+    assert b.error is not None
+    msg = f"register() of {b.pool.label} raised {_exc(b.error)}"
+    failing = _failing(r, regs, b)
+    if failing:
+        e = failing[0]
+        size = int(e.args[1])
+        msg += (f"; register_buffer({_where(r, _node(e), int(e.args[0]))}, {size}) "
+                f"(call #{e.seq}) returned {_rc(e.code)}" + (" [injected]" if e.injected else ""))
+        if r.store_limited and size > r.limit and not e.injected:
+            msg += (f": one MR of {size} bytes is above the effective limit {r.limit}, which "
+                    "released Mooncake rejects (§1.6); register it in chunks")
+    return msg
+
+
+def _check_failures(r: McRecord, regs: list[TraceEntry], out: list[Violation]) -> None:
+    """Failed register_buffer calls are raised and rolled back; expectations are met."""
+    any_failed = any(e.code for e in regs)
+    for b in r.buffers:
+        mine = _failing(r, regs, b)
+        if mine and b.error is None:
+            e = mine[0]
+            logged = next((m for m in r.logs if m), "")
+            out.append(Violation(
+                "error-swallowed",
+                f"register_buffer({_where(r, _node(e), int(e.args[0]))}, {int(e.args[1])}) "
+                f"(call #{e.seq}) returned {_rc(e.code)} but register() of {b.pool.label} "
+                "returned normally: the pool would transfer from memory no NIC can reach"
+                + (f" (it only logged: {logged!r})" if logged else ""), e.seq))
+        if b.error is not None and b.live_after_error:
+            failed_rollback = {int(x.args[0]) for x in r.trace
+                               if x.api == "unregister_buffer" and x.injected
+                               and b.seq_start <= x.seq < b.seq_end}
+            for ptr, size in b.live_after_error:
+                if ptr in failed_rollback:
+                    continue
+                why = (f" (register_buffer call #{mine[0].seq} returned {_rc(mine[0].code)})"
+                       if mine else "")
+                out.append(Violation(
+                    "not-rolled-back", f"MR [{_where(r, b.pool.node, ptr)}, +{size}) is still "
+                    f"registered after register() of {b.pool.label} failed{why}: no rollback",
+                    b.seq_end))
+    if r.expect == "success" or (r.expect == "register-error" and not any_failed
+                                 and r.budget_hit is None):
+        b_err = next((b for b in r.buffers if b.error is not None), None)
+        if b_err is not None:
+            out.append(Violation("unexpected-error", _explain(r, regs, b_err), b_err.seq_end))
+    elif r.expect == "rejected":
+        b_err = next((b for b in r.buffers if b.error is not None), None)
+        if b_err is None:
+            big = next((b for b in r.buffers if b.granularity > r.limit), None)
+            what = (f"object stride {big.granularity} of {big.pool.label}" if big is not None
+                    else "every buffer")
+            out.append(Violation("not-rejected", f"register() accepted {what} with MR limit "
+                                 f"{r.limit}: no seam can keep an object inside one MR, so it "
+                                 "must raise ValueError before any call",
+                                 r.buffers[-1].seq_end if r.buffers else 0))
+        else:
+            made = [e for e in regs if b_err.seq_start <= e.seq < b_err.seq_end]
+            if made:
+                out.append(Violation("rejected-too-late", f"register() of {b_err.pool.label} "
+                                     f"made {len(made)} register_buffer call(s) before "
+                                     f"rejecting object stride {b_err.granularity} > MR limit "
+                                     f"{r.limit}", made[0].seq))
+            elif b_err.error is not None and not isinstance(b_err.error, ValueError):
+                out.append(Violation("rejected-wrong-error", f"register() of "
+                                     f"{b_err.pool.label} rejected the stride with "
+                                     f"{_exc(b_err.error)}; expected ValueError",
+                                     b_err.seq_end))
+
+
+def _check_releases(r: McRecord, calls: list[TraceEntry], out: list[Violation]) -> None:
+    """unregister_buffer only on live bases (§1.5 step 5), each MR released once."""
+    live: dict[tuple[str, int], int] = {}
+    released: set[tuple[str, int]] = set()
+    for e in calls:
+        node, ptr = _node(e), int(e.args[0])
+        if e.api == "register_buffer":
+            if e.code == 0:
+                live[node, ptr] = int(e.args[1])
+                released.discard((node, ptr))
+            continue
+        if e.injected:
+            continue
+        if e.code == 0:
+            live.pop((node, ptr), None)
+            released.add((node, ptr))
+            continue
+        if (node, ptr) in released:
+            why = "was already released"
+        elif any(n == node and base < ptr < base + size for (n, base), size in live.items()):
+            why = "is inside an MR, not its base"
+        else:
+            why = "was never registered"
+        out.append(Violation("unregister-not-a-live-base",
+                             f"call #{e.seq} unregister_buffer({_where(r, node, ptr)}), which "
+                             f"{why}, returned {_rc(e.code)}", e.seq))
+
+
+def _check_leaks(r: McRecord, unregs: list[TraceEntry], out: list[Violation]) -> None:
+    """Nothing stays registered at the end, except what an injected rollback failure pinned."""
+    for node, ptr, size in r.live_end:
+        b = _owner(r, node, ptr, size)
+        if b is not None and b.error is not None:
+            continue        # reported as not-rolled-back (or pinned by an injected failure)
+        if "teardown" not in r.exercised:
+            continue
+        lost = any(e.injected and int(e.args[0]) == ptr and _node(e) == node for e in unregs)
+        out.append(Violation("leak", f"MR [{_where(r, node, ptr)}, +{size}) was never released"
+                             + (": teardown lost track of it after unregister_buffer failed"
+                                if lost else " by teardown"), 1 << 41))
