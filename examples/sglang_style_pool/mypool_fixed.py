@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
 from mypool import RANGES, _limit, teardown  # noqa: F401  (teardown is unchanged)
 
 

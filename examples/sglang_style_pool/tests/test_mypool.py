@@ -1,9 +1,8 @@
 """The project's own unit tests, on kvreg's fake CUDA runtime (fixture fake_cudart)."""
 
+import mypool
 import pytest
 import torch
-
-import mypool
 
 
 def test_small_pool_registers_and_tears_down(fake_cudart, monkeypatch):
