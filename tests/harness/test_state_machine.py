@@ -62,7 +62,7 @@ def test_machine_catches_byte_offset_seams() -> None:
         teardown_impl = staticmethod(sglang_teardown)
 
     with pytest.raises(AssertionError, match=r"a seam cuts a page|copy|spans"):
-        run_state_machine_as_test(Broken, settings=settings(max_examples=60, deadline=None,
+        run_state_machine_as_test(Broken, settings=settings(max_examples=40, deadline=None,
                                                             stateful_step_count=8))
 
 
@@ -71,5 +71,5 @@ def test_machine_catches_missing_rollback() -> None:
         register_impl = staticmethod(no_rollback_register)
 
     with pytest.raises(AssertionError, match=r"left .* chunk"):
-        run_state_machine_as_test(Broken, settings=settings(max_examples=80, deadline=None,
+        run_state_machine_as_test(Broken, settings=settings(max_examples=50, deadline=None,
                                                             stateful_step_count=8))
