@@ -272,7 +272,7 @@ def run_mooncake_scenario(sc: Scenario, impl: Implementation, *,
                     except Exception as exc:
                         record.teardown_errors.append((rnd, b, exc))
     except CallBudgetExceeded:
-        record.budget_hit = len(fake.trace)
+        record.budget_hit = sum(1 for e in fake.trace if e.face.startswith("mooncake:"))
     except Exception as exc:   # kvreg itself failed: report, don't crash the catalog
         result.verdict = "error"
         result.reason = f"kvreg internal error: {type(exc).__name__}: {exc}"

@@ -1,0 +1,34 @@
+"""A correct variant: MRs of half the allowed size (still on the object stride), with
+reverse rollback; kvreg must not flag a different valid MR size."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _chunks(nbytes: int, max_mr_size: int, granularity: int | None) -> list[tuple[int, int]]:
+    """(offset, size) of MRs at most ``max_mr_size``, seams on multiples of the stride."""
+    unit = granularity or 1
+    if unit > max_mr_size:
+        raise ValueError(f"object stride {unit} is above the MR limit {max_mr_size}")
+    step = max_mr_size // unit * unit
+    return [(off, min(step, nbytes - off)) for off in range(0, nbytes, step)]
+
+
+def register(store: Any, ptr: int, nbytes: int, *, max_mr_size: int,
+             granularity: int | None) -> list[tuple[int, int]]:
+    unit = granularity or 1
+    half = max(max_mr_size // 2 // unit * unit, unit)
+    done: list[tuple[int, int]] = []
+    for off, size in _chunks(nbytes, min(half, max_mr_size), granularity):
+        if store.register_buffer(ptr + off, size) != 0:
+            for p, _ in reversed(done):
+                store.unregister_buffer(p)
+            raise RuntimeError(f"register_buffer failed at offset {off}")
+        done.append((ptr + off, size))
+    return done
+
+
+def teardown(store: Any, ranges: list[tuple[int, int]]) -> None:
+    """Unregister each base once; keep the ones that failed for the next round."""
+    ranges[:] = [(p, s) for p, s in reversed(ranges) if store.unregister_buffer(p) != 0]

@@ -1,0 +1,163 @@
+"""Deliberately broken mooncake-style chunkers are caught, each by the rule it breaks, and
+correct variants are not flagged (tests/mooncake_scenarios/impls/)."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from kvreg.harness.adapters import Implementation, make_implementation
+from kvreg.harness.cli import main
+from kvreg.harness.runner import ScenarioResult, run_scenario
+from kvreg.harness.scenario import Scenario, bundled_root, load_file
+
+IMPLS = Path(__file__).parent / "impls"
+ROOT = bundled_root()
+FILES = [*sorted((ROOT / "mooncake").glob("*.toml")),
+         *sorted((ROOT / "regressions").glob("mooncake_*.toml"))]
+# ids relative to the bundled root: mooncake/<file>/<name>, regressions/<file>/<name>
+CATALOG = {sc.id: sc for f in FILES for sc in load_file(f, ROOT)}
+
+
+def impl(name: str) -> Implementation:
+    return make_implementation(f"{IMPLS / name}.py:register", None, "mooncake")
+
+
+@cache
+def run(name: str, scenario_id: str) -> ScenarioResult:
+    return run_scenario(CATALOG[scenario_id], impl(name))
+
+
+# (implementation, scenario, the rule it must break first)
+CAUGHT = [
+    ("fastdeploy_chunker", "regressions/mooncake_fastdeploy_unaligned_seams/seam-inside-block",
+     "transfer-failed"),
+    ("fastdeploy_chunker", "regressions/mooncake_fastdeploy_unaligned_seams/"
+     "seam-inside-scale-block", "transfer-failed"),
+    ("fastdeploy_chunker", "mooncake/fastdeploy_mr_limit/default-4gib", "transfer-failed"),
+    ("fastdeploy_chunker", "mooncake/sglang_mla_layer_first/above-limit", "transfer-failed"),
+    ("fastdeploy_chunker", "regressions/mooncake_fastdeploy_no_rollback/middle-chunk-fails",
+     "not-rolled-back"),
+    ("fastdeploy_chunker", "mooncake/fastdeploy_register_buffer/memlock-on-middle-chunk",
+     "not-rolled-back"),
+    ("fastdeploy_chunker", "mooncake/fastdeploy_register_buffer/stride-above-limit",
+     "not-rejected"),
+    ("fastdeploy_chunker", "mooncake/pd_transfer/chunked-on-pages", "pd-transfer-failed"),
+    ("log_only", "regressions/mooncake_fastdeploy_no_rollback/error-only-logged",
+     "error-swallowed"),
+    ("log_only", "mooncake/hybrid_group/fail-on-side-pool", "error-swallowed"),
+    ("never_unregisters", "mooncake/fastdeploy_register_buffer/below-limit", "leak"),
+    ("never_unregisters", "mooncake/pd_transfer/one-mr-per-pool", "leak"),
+    ("interior_unregister", "mooncake/hybrid_group/per-pool-calls",
+     "unregister-not-a-live-base"),
+    ("sglang_one_call", "regressions/mooncake_sglang_whole_pool_register/above-1tib-default",
+     "mr-over-limit"),
+    ("sglang_one_call", "regressions/mooncake_sglang_whole_pool_register/ionic-2gib",
+     "mr-over-limit"),
+]
+
+
+@pytest.mark.parametrize(("name", "scenario_id", "rule"), CAUGHT,
+                         ids=[f"{n}-{s.rsplit('/', 1)[1]}" for n, s, _ in CAUGHT])
+def test_broken_implementation_is_caught(name: str, scenario_id: str, rule: str) -> None:
+    result = run(name, scenario_id)
+    assert result.verdict == "fail"
+    assert result.violations[0].rule == rule, result.first_violation
+    assert run_scenario(CATALOG[scenario_id], make_implementation()).verdict == "pass"
+
+
+def test_unaligned_seam_names_the_block_seam_call_and_code() -> None:
+    msg = run("fastdeploy_chunker",
+              "regressions/mooncake_fastdeploy_unaligned_seams/seam-inside-block"
+              ).first_violation
+    # 1 MiB MRs over 62464-byte blocks: block 16 = [999424, 1061888) holds the seam 1048576
+    assert "block 16 (key 'block16_k') of the K half of write [999424, 1061888)" in msg
+    assert "cut by the MR seam at offset 1048576" in msg
+    assert "batch_put_from (call #" in msg and "-800 TRANSFER_FAIL" in msg
+
+
+def test_no_rollback_names_the_chunk_left_behind() -> None:
+    msg = run("fastdeploy_chunker",
+              "regressions/mooncake_fastdeploy_no_rollback/middle-chunk-fails").first_violation
+    assert msg.startswith("MR [read+0x0, +999424) is still registered after register() of read")
+    assert "-600 INVALID_PARAMS" in msg and "no rollback" in msg
+
+
+def test_log_only_quotes_what_it_logged() -> None:
+    msg = run("log_only", "regressions/mooncake_fastdeploy_no_rollback/error-only-logged"
+              ).first_violation
+    assert "returned -600 INVALID_PARAMS but register() of read returned normally" in msg
+    assert "Mooncake Store Register Buffer Error: ret=-600" in msg
+
+
+def test_never_unregisters_leaks_every_mr() -> None:
+    result = run("never_unregisters", "mooncake/fastdeploy_register_buffer/above-limit-aligned")
+    leaks = [v for v in result.violations if v.rule == "leak"]
+    assert len(leaks) == 8       # 2 buffers x 4 MRs of 999424 bytes
+    assert all("was never released by teardown" in v.message for v in leaks)
+
+
+def test_interior_unregister_is_named_and_leaks() -> None:
+    result = run("interior_unregister", "mooncake/fastdeploy_register_buffer/below-limit")
+    rules = [v.rule for v in result.violations]
+    assert rules.count("unregister-not-a-live-base") == 2 and rules.count("leak") == 2
+    assert "which is inside an MR, not its base, returned -600 INVALID_PARAMS" in \
+        result.violations[0].message
+
+
+def test_one_call_above_the_limit_explains_the_release() -> None:
+    result = run("sglang_one_call",
+                 "regressions/mooncake_sglang_whole_pool_register/above-mc-max-mr-size")
+    first, second = result.violations[:2]
+    assert first.rule == "mr-over-limit" and "released Mooncake rejects it" in first.message
+    assert second.rule == "unexpected-error"
+    assert "RuntimeError: Mooncake memory registration failed with ret=-600" in second.message
+    assert "register it in chunks" in second.message
+
+
+@pytest.mark.parametrize("scenario_id", [
+    "mooncake/fastdeploy_register_buffer/above-limit-unaligned-head",
+    "mooncake/fastdeploy_mr_limit/default-4gib-head",
+    "mooncake/fastdeploy_register_buffer/above-limit-aligned",
+])
+def test_fixed_offset_chunks_work_where_mooncake_allows_them(scenario_id: str) -> None:
+    # HEAD splits slices at MR seams (#3198); aligned limits put seams between blocks
+    assert run("fastdeploy_chunker", scenario_id).verdict == "pass"
+
+
+def test_every_broken_implementation_is_caught_somewhere() -> None:
+    caught = {name for name, _, _ in CAUGHT}
+    assert caught == {p.stem for p in IMPLS.glob("*.py")} - {"other_mr_size",
+                                                             "forward_rollback"}
+
+
+@pytest.mark.parametrize("name", ["other_mr_size", "forward_rollback"])
+def test_correct_variants_pass_the_whole_catalog(name: str) -> None:
+    failed = {sid: r.first_violation for sid in CATALOG
+              if (r := run(name, sid)).verdict != "pass"}
+    assert not failed
+
+
+def test_other_mr_size_really_uses_smaller_mrs() -> None:
+    # the variant differs from the reference: twice the MRs of a limit-sized chunking
+    sc = CATALOG["mooncake/fastdeploy_register_buffer/above-limit-aligned"]
+    ours = run_scenario(sc, make_implementation(), keep_trace=True).trace_text
+    theirs = run_scenario(sc, impl("other_mr_size"), keep_trace=True).trace_text
+    assert theirs.count("register_buffer(") == 2 * ours.count("register_buffer(")
+
+
+def test_cli_exits_1_naming_the_straddling_block(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["run", str(ROOT / "mooncake"), "--impl",
+               f"{IMPLS / 'fastdeploy_chunker.py'}:register", "--style", "mooncake"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    line = next(ln for ln in out.splitlines()
+                if ln.startswith("fastdeploy_register_buffer/above-limit-unaligned "))
+    assert "FAIL" in line and "block 16 (key 'block16_k')" in line
+    assert "cut by the MR seam at offset 1048576" in line
+
+
+def test_scenario_catalog_is_keyed_by_id() -> None:
+    assert all(isinstance(sc, Scenario) for sc in CATALOG.values())
