@@ -38,3 +38,21 @@ def allocate(geometry: PoolGeometry, space: AddressSpace, *, real: bool = False)
             out.append(t)
         return out
     return [space.virtual(spec.shape, spec.dtype, name=spec.name) for spec in specs]
+
+
+def allocate_pinnable(geometry: PoolGeometry, backend: Any) -> list[Any]:
+    """Real, prefaulted host memory for the real-hardware tier, one torch tensor per buffer.
+
+    ``backend.buffer(nbytes, name=)`` (kvreg.realhw's RealCuda) gives page-aligned, touched
+    memory; the tensor views it with the pool's dtype and shape, so SGLang-style code sees
+    the tensor it would see in production. No size limit: the caller sized the scenario to
+    the machine (kvreg.realhw.sizing).
+    """
+    import torch
+
+    out = []
+    for spec in geometry.buffers():
+        raw = backend.buffer(max(spec.nbytes, 1), name=spec.name)[:spec.nbytes]
+        t = torch.from_numpy(raw).view(getattr(torch, spec.dtype.name)).reshape(spec.shape)
+        out.append(t)
+    return out

@@ -140,9 +140,7 @@ class ScenarioItem(pytest.Item):
         if self.backend not in self.scenario.backends:
             pytest.skip(f"scenario runs on {', '.join(self.scenario.backends)} only "
                         f"(backend {self.backend})")
-        if self.backend == "cuda":
-            pytest.skip("the cuda backend runs through kvreg.realhw (see realhw/README.md)")
-        result = run_scenario(self.scenario, plugin.implementation())
+        result = run_scenario(self.scenario, plugin.implementation(), backend=self.backend)
         if result.verdict == "skip":
             pytest.skip(result.reason)
         if result.verdict == "error":

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.patching import patch_torch_cudart
 
 from .adapters import Implementation
-from .buffers import allocate
+from .buffers import allocate, allocate_pinnable
 from .checks import BufferRun, RunRecord, Violation, check_run
 from .scenario import Scenario
 from .transfers import copy_every_page
@@ -128,9 +129,31 @@ def _empty_buffers(space: Any, specs: Any) -> list[Any]:
     return [space.virtual((0,), spec.dtype, name=spec.name) for spec in specs]
 
 
-def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False
-                 ) -> ScenarioResult:
-    """Run and judge one scenario; never raises for a misbehaving implementation."""
+def _real_backend(sc: Scenario, backend: Any) -> tuple[Any, str | None]:
+    """A RealCuda for ``backend`` ("cuda" or a RealCuda for tests), or the reason to skip."""
+    from kvreg.realhw.backend import HardwareUnavailable, RealCuda
+    from kvreg.realhw.capabilities import detect
+    from kvreg.realhw.sizing import plan_for_real
+
+    real = RealCuda() if backend == "cuda" else backend
+    try:
+        caps = detect(real.runtime_module, rdma=False, torch=False)
+    except HardwareUnavailable as exc:
+        return None, str(exc)
+    decision = plan_for_real(sc, caps)
+    if decision.action != "run":
+        return None, decision.reason
+    return real, None
+
+
+def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False,
+                 backend: Any = "fake") -> ScenarioResult:
+    """Run and judge one scenario; never raises for a misbehaving implementation.
+
+    ``backend`` is "fake" (default), "cuda" (the real runtimes through kvreg.realhw: the
+    pool is materialised in real memory, or the scenario is skipped with the reason when
+    the machine cannot hold it), or a RealCuda-like object (tests use stand-ins).
+    """
     if sc.target == "mooncake":
         from .mooncake_runner import run_mooncake_scenario
 
@@ -142,10 +165,20 @@ def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False
         result.verdict, result.reason = "skip", why_not
         return result
     geometry = sc.geometry()
-    fake = FakeCuda(sc.profile)
     specs = geometry.buffers()
-    buffers = (_empty_buffers(fake.space, specs) if sc.empty
-               else allocate(geometry, fake.space, real=sc.memory == "real"))
+    real_hw = backend != "fake"
+    fake: Any
+    if real_hw:
+        fake, why_not = _real_backend(sc, backend)
+        if fake is None:
+            result.verdict, result.reason = "skip", str(why_not)
+            return result
+        buffers = (_empty_buffers(fake.space, specs) if sc.empty
+                   else allocate_pinnable(geometry, fake))
+    else:
+        fake = FakeCuda(sc.profile)
+        buffers = (_empty_buffers(fake.space, specs) if sc.empty
+                   else allocate(geometry, fake.space, real=sc.memory == "real"))
     for spec_dict in sc.faults:
         fake.faults.arm_from_dict(spec_dict)
     budget = CallBudgetExceeded(f"call budget of {sc.call_budget} runtime calls spent")
@@ -165,7 +198,8 @@ def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False
                        [], exercised=sc.exercise)
     chunk_gb = str(sc.chunk_limit // GiB) if sc.chunk_limit % GiB == 0 else None
     try:
-        with fake.patch(), _env(ENV_CHUNK_GB, chunk_gb), _wall_guard(WALL_LIMIT_S), \
+        patcher = patch_torch_cudart(fake.torch) if real_hw else fake.patch()
+        with patcher, _env(ENV_CHUNK_GB, chunk_gb), _wall_guard(WALL_LIMIT_S), \
                 _capture_logs() as logs:
             record.logs = logs
             cudart = fake.torch
@@ -194,7 +228,8 @@ def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False
             if ok and "transfers" in sc.exercise and not sc.empty:
                 record.transfer = copy_every_page(
                     fake.runtime, geometry, buffers,
-                    fault_detail=lambda: fake.cuda_runtime.last_copy_fault)
+                    fault_detail=None if real_hw else
+                    (lambda: fake.cuda_runtime.last_copy_fault))
             # 3. teardown, as often as asked (also after a failed register: pool destroy)
             record.teardown_start = _next_seq(fake)
             rounds = sum(1 for step in sc.exercise if step == "teardown")
@@ -216,6 +251,8 @@ def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False
         return result
     record.trace = list(fake.trace)
     record.live_end = [(r.base, r.size) for r in fake.live_registrations()]
+    if real_hw:
+        fake.release_all()   # leave the real driver clean, whatever the implementation did
     result.violations = check_run(record)
     result.verdict = "fail" if result.violations else "pass"
     result.calls = len(record.trace)
