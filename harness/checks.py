@@ -66,6 +66,9 @@ def _where(record: RunRecord, ptr: int) -> str:
     for b in record.buffers:
         if b.base <= ptr < b.base + max(b.spec.nbytes, 1):
             return f"{b.spec.name}+{ptr - b.base:#x}"
+    for b in record.buffers:
+        if ptr == b.base + b.spec.nbytes:   # one past the end (e.g. an empty trailing chunk)
+            return f"{b.spec.name}+{ptr - b.base:#x} (the end of {b.spec.name})"
     return f"{ptr:#x} (outside every pool buffer)"
 
 

@@ -1,0 +1,139 @@
+"""Shared helpers for the scenario-runner proof tests.
+
+``impls/`` holds implementations under test: deliberately broken ones (one per rule of
+``kvreg.harness.checks``), correct variants that must not be flagged, and a faithful copy of
+upstream SGLang's algorithm. The helpers here load them, run the ``kvreg`` CLI in a
+subprocess, and check a JSON report against the public contract (design.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvreg.harness.adapters import Implementation, make_implementation
+from kvreg.harness.scenario import Scenario, load_paths
+
+IMPLS = Path(__file__).parent / "impls"
+REPO = Path(__file__).resolve().parents[2]
+ENV_CHUNK_GB = "SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB"
+GiB = 1 << 30
+
+SUMMARY_KEYS = {"total", "passed", "failed", "errors", "skipped"}
+SCENARIO_KEYS = {"id", "pool", "verdict", "violations"}
+VERDICT_COUNTS = {"pass": "passed", "fail": "failed", "error": "errors", "skip": "skipped"}
+
+
+def _kvreg_command() -> list[str]:
+    script = Path(sys.executable).with_name("kvreg")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "kvreg.harness.cli"]
+
+
+KVREG = _kvreg_command()
+
+
+def impl_spec(name: str, function: str = "register") -> str:
+    """``file.py:function`` for an implementation under ``impls/``."""
+    return f"{IMPLS / (name + '.py')}:{function}"
+
+
+@pytest.fixture(scope="session")
+def catalog() -> list[Scenario]:
+    """The bundled catalog, loaded once per worker."""
+    return load_paths()
+
+
+@pytest.fixture(scope="session")
+def by_id(catalog: list[Scenario]) -> dict[str, Scenario]:
+    return {s.id: s for s in catalog}
+
+
+@pytest.fixture
+def spec_of() -> Callable[..., str]:
+    return impl_spec
+
+
+@pytest.fixture
+def load_impl() -> Callable[[str, str], Implementation]:
+    def load(name: str, style: str = "sglang") -> Implementation:
+        return make_implementation(impl_spec(name), None, style)
+
+    return load
+
+
+def run_kvreg(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``kvreg ARGS`` in a subprocess (no terminal, no CI variable, no chunk-limit env)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", ENV_CHUNK_GB)}
+    return subprocess.run([*KVREG, *args], capture_output=True, text=True, env=env,
+                          cwd=cwd or REPO, timeout=900, check=False)
+
+
+@pytest.fixture
+def kvreg_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
+    return run_kvreg
+
+
+def check_report(doc: Any) -> dict[str, dict[str, Any]]:
+    """Assert ``doc`` is exactly the contract's JSON report; return scenarios by id.
+
+    ``{"summary": {"total", "passed", "failed", "errors", "skipped"}, "scenarios": [{"id",
+    "pool", "verdict", "violations"}]}``; a skipped or errored scenario may add a string
+    ``reason``, nothing else.
+    """
+    assert isinstance(doc, dict) and set(doc) == {"summary", "scenarios"}, doc.keys()
+    summary, scenarios = doc["summary"], doc["scenarios"]
+    assert set(summary) == SUMMARY_KEYS
+    assert all(type(summary[k]) is int and summary[k] >= 0 for k in SUMMARY_KEYS), summary
+    assert isinstance(scenarios, list)
+    assert summary["total"] == len(scenarios)
+    assert summary["total"] == sum(summary[k] for k in SUMMARY_KEYS - {"total"})
+    by: dict[str, dict[str, Any]] = {}
+    for s in scenarios:
+        extra = set(s) - SCENARIO_KEYS
+        assert set(s) >= SCENARIO_KEYS, s
+        assert extra <= {"reason"}, s
+        if extra:
+            assert s["verdict"] in ("skip", "error") and isinstance(s["reason"], str)
+            assert s["reason"]
+        assert isinstance(s["id"], str) and isinstance(s["pool"], str) and s["pool"]
+        assert s["verdict"] in VERDICT_COUNTS, s
+        assert isinstance(s["violations"], list)
+        for v in s["violations"]:
+            assert set(v) == {"rule", "message"}, v
+            assert isinstance(v["rule"], str) and isinstance(v["message"], str)
+            assert v["rule"] and v["message"]
+        # a failure always says why; nothing else carries violations
+        assert bool(s["violations"]) == (s["verdict"] == "fail"), s
+        assert s["id"] not in by, f"duplicate id {s['id']}"
+        by[s["id"]] = s
+    for verdict, key in VERDICT_COUNTS.items():
+        assert summary[key] == sum(1 for s in scenarios if s["verdict"] == verdict), key
+    return by
+
+
+def run_json(*args: str) -> tuple[int, dict[str, dict[str, Any]], dict[str, int], str]:
+    """``kvreg run ARGS --json -``: exit code, scenarios by id (schema-checked), summary, stderr."""
+    proc = run_kvreg("run", *args, "--json", "-")
+    assert "Traceback" not in proc.stderr, proc.stderr
+    doc = json.loads(proc.stdout)
+    return proc.returncode, check_report(doc), doc["summary"], proc.stderr
+
+
+@pytest.fixture
+def report() -> Callable[[Any], dict[str, dict[str, Any]]]:
+    """The schema check of a parsed JSON report (returns its scenarios by id)."""
+    return check_report
+
+
+@pytest.fixture
+def kvreg_json() -> Callable[..., tuple[int, dict[str, dict[str, Any]], dict[str, int], str]]:
+    return run_json
