@@ -75,7 +75,7 @@ def _real(module: Any) -> bool:
     if module is MISSING or type(module).__module__.startswith("kvreg"):
         return False
     where = getattr(module, "__file__", None) or next(iter(getattr(module, "__path__", [])), "")
-    return str(where).startswith(sys.prefix)
+    return str(where).startswith((sys.prefix, sys.base_prefix))   # venv or its base
 
 
 def _same(before: dict[str, Any], after: dict[str, Any]) -> None:
