@@ -39,6 +39,7 @@ class FakeDriver:
     def __init__(self, profile: str | DeviceProfile | None = None,
                  space: AddressSpace | None = None) -> None:
         self.profile = get_profile(profile)
+        self.env_failing = self.profile.env != "ok"   # no driver / no GPU / stub
         self.space = space if space is not None else AddressSpace()
         self.pinned = PinnedRegistry()
         self.lock = threading.RLock()
@@ -70,6 +71,10 @@ class FakeDriver:
             del self._dev_bases[bisect.bisect_left(self._dev_bases, base)]
             self.space.forget(base)
         return alloc
+
+    @property
+    def has_device_memory(self) -> bool:
+        return bool(self._dev_bases)
 
     def device_owner(self, ptr: int) -> DeviceAlloc | None:
         i = bisect.bisect_right(self._dev_bases, ptr) - 1

@@ -137,27 +137,27 @@ class FakeRuntime:
 
     # -- cudaHostRegister / cudaHostUnregister (spec §2, §3) ----------------------------
     def host_register(self, ptr: int, size: int, flags: int) -> int:
-        init = self._init_error()
-        if init:
-            return init
-        p = self.driver.profile
+        driver = self.driver
+        if driver.env_failing or driver.sticky_error:   # the hot path skips the method call
+            return self._init_error()
+        p = driver.profile
         if ptr == 0 or size == 0:                       # spec §2.2 rows size 0 / NULL -> 1
             return self._fail(E.INVALID_VALUE)
-        if flags & ~FLAG_BITS:                          # spec §2.1 invalid bits -> 1
-            return self._fail(E.INVALID_VALUE)
+        if flags:
+            if flags & ~FLAG_BITS:                      # spec §2.1 invalid bits -> 1
+                return self._fail(E.INVALID_VALUE)
+            if flags & REGISTER_READ_ONLY and not p.read_only_supported:   # spec §2.1 -> 801
+                return self._fail(E.NOT_SUPPORTED)
+            if flags & REGISTER_IO_MEMORY and not p.io_memory_permitted:   # spec §2.1 -> 800
+                return self._fail(E.NOT_PERMITTED)
         if not p.host_register_supported:               # spec §2.1 attribute 99
             return self._fail(E.NOT_SUPPORTED)
-        if flags & REGISTER_READ_ONLY and not p.read_only_supported:   # spec §2.1 -> 801
-            return self._fail(E.NOT_SUPPORTED)
-        if flags & REGISTER_IO_MEMORY and not p.io_memory_permitted:   # spec §2.1 -> 800
-            return self._fail(E.NOT_PERMITTED)
         if ptr + size > VIRTUAL_LIMIT:
             # spec §2.2 rows "range not fully mapped" / "address inside CUDA's reserved VA"
             # -> 1 [OBS-ext]: host memory of this simulated process ends at VIRTUAL_LIMIT
             return self._fail(E.INVALID_VALUE)
-        driver = self.driver
-        if driver.device_owner(ptr) is not None:        # spec §2.2 device memory -> 1
-            return self._fail(E.INVALID_VALUE)
+        if driver.has_device_memory and driver.device_owner(ptr) is not None:
+            return self._fail(E.INVALID_VALUE)          # spec §2.2 device memory -> 1
         with driver.lock:
             hit = driver.pinned.first_overlap(ptr, size, p.overlap_granularity)
             if hit is not None:                         # spec §2.2 overlap -> 712
@@ -173,10 +173,9 @@ class FakeRuntime:
         return 0
 
     def host_unregister(self, ptr: int) -> int:
-        init = self._init_error()
-        if init:
-            return init
         driver = self.driver
+        if driver.env_failing or driver.sticky_error:
+            return self._init_error()
         with driver.lock:
             entry = driver.pinned.get(ptr)
             if entry is not None and entry.kind == "register":
