@@ -99,6 +99,8 @@ class Trace:
             return "[" + ", ".join(self._show(a) for a in arg) + "]"
         if arg is None or isinstance(arg, int | float | str | bytes):
             return repr(arg)
+        if hasattr(arg, "value") and hasattr(arg, "name"):   # enum results passed back in
+            return repr(arg)
         return type(arg).__name__
 
 

@@ -112,10 +112,10 @@ def check_run(r: RunRecord) -> list[Violation]:
 
     # register failures: raised, and rolled back
     failed_codes = [e for e in regs if e.code]
-    rollback_injected = {int(e.args[0]) for e in unregs if e.injected and e.code
-                         and r.teardown_start is not None and e.seq < r.teardown_start}
-    if r.teardown_start is None:
-        rollback_injected = {int(e.args[0]) for e in unregs if e.injected and e.code}
+    # chunks an injected unregister failure pinned during rollback (before any teardown)
+    register_phase_end = r.teardown_start if r.teardown_start is not None else 1 << 62
+    rollback_injected = {int(e.args[0]) for e in unregs
+                         if e.injected and e.code and e.seq < register_phase_end}
     for b in r.buffers:
         mine = [e for e in failed_codes if b.seq_start <= e.seq < b.seq_end]
         if mine and b.error is None:
