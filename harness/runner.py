@@ -232,10 +232,15 @@ def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False
                     (lambda: fake.cuda_runtime.last_copy_fault))
             # 3. teardown, as often as asked (also after a failed register: pool destroy)
             record.teardown_start = _next_seq(fake)
-            rounds = sum(1 for step in sc.exercise if step == "teardown")
-            for rnd in range(rounds):
+            rounds = [step for step in sc.exercise if step.startswith("teardown")]
+            for rnd, step in enumerate(rounds):
                 for b in reversed(runs):
-                    if not b.registered:
+                    # "teardown-after-failure" also tears down the buffer whose register
+                    # raised, as code that always calls teardown in a `finally` does; only the
+                    # sglang style has something to call then (its handle is the buffer)
+                    failed_too = (step == "teardown-after-failure" and b.error is not None
+                                  and impl.style == "sglang")
+                    if not b.registered and not failed_too:
                         continue
                     try:
                         impl.teardown(cudart, buffers[b.index], b.handle)

@@ -25,7 +25,7 @@ __all__ = ["EXERCISES", "EXPECTATIONS", "FORMAT_VERSION", "Scenario", "ScenarioE
 
 FORMAT_VERSION = 1
 GiB = 1 << 30
-EXERCISES = ("register", "transfers", "teardown")
+EXERCISES = ("register", "transfers", "teardown", "teardown-after-failure")
 EXPECTATIONS = ("success", "rejected", "register-error")
 MEMORY = ("virtual", "real")
 STYLES = ("sglang", "generic", "mooncake")
