@@ -59,8 +59,8 @@ def test_reference_passes_the_whole_catalog(kvreg_json, catalog) -> None:
         "deepseek_v4_paged/layer_first", "deepseek_v4_state/page_first_direct"}
 
 
-def test_faithful_upstream_fails_exactly_above_the_ceiling_and_on_its_compat_teardown(kvreg_json, spec_of,
-                                                                     catalog) -> None:
+def test_faithful_upstream_fails_exactly_above_the_ceiling_and_on_its_compat_teardown(
+        kvreg_json, spec_of, catalog) -> None:
     rc, scenarios, summary, _ = kvreg_json("-j", "2", "--impl", spec_of("sglang_upstream"))
     assert rc == 1
     failed = {sid for sid, s in scenarios.items() if s["verdict"] == "fail"}
