@@ -44,7 +44,9 @@ class FakeDriver:
         self.pinned = PinnedRegistry()
         self.lock = threading.RLock()
         self.seq = 0
-        self.current_device = threading.local()
+        # cudaSetDevice is per host thread; a dict by thread id is cheaper than
+        # threading.local on the register hot path
+        self._thread_device: dict[int, int] = {}
         self._dev_bases: list[int] = []
         self._dev: dict[int, DeviceAlloc] = {}
         self._dev_next = DEVICE_BASE
@@ -71,6 +73,12 @@ class FakeDriver:
             del self._dev_bases[bisect.bisect_left(self._dev_bases, base)]
             self.space.forget(base)
         return alloc
+
+    def current_device(self) -> int:
+        return self._thread_device.get(threading.get_ident(), 0)
+
+    def set_current_device(self, device: int) -> None:
+        self._thread_device[threading.get_ident()] = device
 
     @property
     def has_device_memory(self) -> bool:

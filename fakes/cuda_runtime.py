@@ -102,7 +102,7 @@ class FakeRuntime:
 
     def get_device(self) -> tuple[int, int | None]:
         init = self._init_error()
-        return (init, None) if init else (0, getattr(self.driver.current_device, "dev", 0))
+        return (init, None) if init else (0, self.driver.current_device())
 
     def set_device(self, device: int) -> int:
         init = self._init_error()
@@ -110,7 +110,7 @@ class FakeRuntime:
             return init
         if not 0 <= device < self.driver.profile.device_count:
             return self._fail(E.INVALID_DEVICE)
-        self.driver.current_device.dev = device
+        self.driver.set_current_device(device)
         return 0
 
     def device_get_attribute(self, attr: int, device: int) -> tuple[int, int | None]:
@@ -167,7 +167,7 @@ class FakeRuntime:
             if p.per_call_limit is not None and size >= p.per_call_limit:
                 return self._fail(E.MEMORY_ALLOCATION)  # spec §2.2: 512 GiB per call, R580+
             seq = driver.seq = driver.seq + 1
-            dev = getattr(driver.current_device, "dev", 0)
+            dev = driver.current_device()
             driver.pinned.add(Pinned(ptr, size, flags, "register", dev, seq,
                                      driver.alias_for(ptr, size)))
         return 0
@@ -243,7 +243,7 @@ class FakeRuntime:
         _, free, _ = self.mem_get_info()
         if free is not None and size > free:
             return self._fail(E.MEMORY_ALLOCATION), None
-        dev = getattr(self.driver.current_device, "dev", 0)
+        dev = self.driver.current_device()
         return 0, self.driver.device_alloc(size, dev).base
 
     def free(self, ptr: int) -> int:

@@ -34,7 +34,7 @@ class TraceEntry:
     api: str
     args: tuple[Any, ...]
     code: int | None       # the CUDA error code, None for calls that return no code
-    result: Any
+    result: Any            # what the call returned; the code alone when that is all it returned
     injected: bool
     thread: int
 
@@ -176,8 +176,13 @@ class Intercepted(types.ModuleType):
                 rule = plan.check(call_info(point, args, kwargs, resolve))
             if rule is None:
                 result = fn(*args, **kwargs)
-                rows.append((next(seq), face, api, args, code_of(result), result, False,
-                             get_ident()))
+                code = code_of(result)
+                # a result that is only its code is stored as the code: rows of plain ints and
+                # strings are untracked by the garbage collector, which keeps a trace of
+                # millions of calls from slowing every later allocation
+                kept = code if code is not None and (face == "torch" or len(result) == 1) \
+                    else result
+                rows.append((next(seq), face, api, args, code, kept, False, get_ident()))
                 return result
             if rule.delay:
                 time.sleep(rule.delay)
