@@ -300,9 +300,14 @@ class Session:
         return obj.size
 
     def batch(self, kind: str, keys: list[str], parts: list[list[tuple[int, int]]],
-              config: ReplicateConfig | None) -> list[int]:
-        """Per-key results; duplicate keys alias to one operation (§1.3)."""
+              config: ReplicateConfig | None, *, multi: bool = False) -> list[int]:
+        """Per-key results; duplicate keys alias to one operation (§1.3).
+
+        ``multi`` records the call under the ``_multi_buffers`` API that was really called.
+        """
         api = "batch_put_from" if kind == "put" else "batch_get_into"
+        if multi:
+            api += "_multi_buffers"
         if self.client is None:
             self._record(api, (len(keys),), INVALID)
             return [INVALID] * len(keys)

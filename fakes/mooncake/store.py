@@ -149,7 +149,7 @@ class MooncakeDistributedStore:
         parts = self._multi(keys, all_buffer_ptrs, all_sizes)
         if parts is None:
             return [INVALID] * len(keys)
-        return self._s.batch("put", keys, parts, config)
+        return self._s.batch("put", keys, parts, config, multi=True)
 
     # -- get ------------------------------------------------------------------------------
     def get(self, key: str) -> bytes:
@@ -176,7 +176,7 @@ class MooncakeDistributedStore:
         parts = self._multi(keys, all_buffer_ptrs, all_sizes)
         if parts is None:
             return [INVALID] * len(keys)
-        return self._s.batch("get", keys, parts, None)
+        return self._s.batch("get", keys, parts, None, multi=True)
 
     @staticmethod
     def _multi(keys: list[str], all_ptrs: Any,

@@ -178,6 +178,10 @@ def test_multi_buffer_round_trip(mk: Mk, buf: Buf) -> None:
     i = np.arange(64 * 1024)
     assert np.array_equal(dst, src * ((i % 16384 < 8192) & (i < 49152)))
     assert store.batch_get_into_multi_buffers(["p0"], [[d, d + 4096]], [[4096]]) == [INVALID]
+    # the trace names the API that was really called
+    apis = {e.api for e in fake.trace}
+    assert {"batch_put_from_multi_buffers", "batch_get_into_multi_buffers"} <= apis
+    assert "batch_put_from" not in apis
     fake.close_all()
 
 
