@@ -251,48 +251,60 @@ class CudaBindingsFace(types.ModuleType):
 
     # -- error strings and state (spec §1, §6) -------------------------------------------------
     def cudaGetErrorString(self, error: Any) -> tuple[Any, bytes]:
+        """(cudaSuccess, text) for any code; unknown codes give 'unrecognized error code' (§1)."""
         return self._e(0), E.error_string(int(error)).encode()
 
     def cudaGetErrorName(self, error: Any) -> tuple[Any, bytes]:
+        """(cudaSuccess, name) for any code; unknown codes give 'unrecognized error code' (§1)."""
         return self._e(0), E.error_name(int(error)).encode()
 
     def cudaGetLastError(self) -> tuple[Any]:
+        """Returns and clears this runtime instance's pending error for the calling thread (§6)."""
         return (self._e(self._kvreg_runtime.get_last_error()),)
 
     def cudaPeekAtLastError(self) -> tuple[Any]:
+        """Returns the pending error without clearing it (§6)."""
         return (self._e(self._kvreg_runtime.peek_at_last_error()),)
 
     # -- registration (spec §2, §3) ------------------------------------------------------------
     def cudaHostRegister(self, ptr: Any, size: Any, flags: Any) -> tuple[Any]:
+        """Overlap -> 712, size 0 or NULL -> 1, bad flags -> 1, ReadOnly -> 801, ceiling -> 2."""
         p = _ptr(ptr)
         s = _unsigned(size, _U64, "size_t")
         f = _unsigned(flags, _U32, "unsigned int")
         return (self._e(self._kvreg_runtime.host_register(p, s, f)),)
 
     def cudaHostUnregister(self, ptr: Any) -> tuple[Any]:
+        """Exact base -> 0; interior pointer -> 1; unknown or released -> 713 (§3)."""
         return (self._e(self._kvreg_runtime.host_unregister(_ptr(ptr))),)
 
     def cudaHostAlloc(self, size: Any, flags: Any) -> tuple[Any, int | None]:
+        """Pinned, mapped host memory (real bytes up to 64 MiB, virtual above)."""
         code, ptr = self._kvreg_runtime.host_alloc(_unsigned(size, _U64, "size_t"),
                                                    _unsigned(flags, _U32, "unsigned int"))
         return self._e(code), ptr
 
     def cudaMallocHost(self, size: Any) -> tuple[Any, int | None]:
+        """cudaHostAlloc with default flags."""
         code, ptr = self._kvreg_runtime.host_alloc(_unsigned(size, _U64, "size_t"), 0)
         return self._e(code), ptr
 
     def cudaFreeHost(self, ptr: Any) -> tuple[Any]:
+        """Frees a cudaHostAlloc block; anything else -> 1."""
         return (self._e(self._kvreg_runtime.free_host(_ptr(ptr))),)
 
     def cudaMalloc(self, size: Any) -> tuple[Any, int | None]:
+        """Device memory at fake device addresses; out of profile memory -> 2."""
         code, ptr = self._kvreg_runtime.malloc(_unsigned(size, _U64, "size_t"))
         return self._e(code), ptr
 
     def cudaFree(self, devPtr: Any) -> tuple[Any]:
+        """Frees device memory; an unknown pointer -> 1."""
         return (self._e(self._kvreg_runtime.free(_ptr(devPtr))),)
 
     # -- queries (spec §4) ---------------------------------------------------------------------
     def cudaPointerGetAttributes(self, ptr: Any) -> tuple[Any, Any]:
+        """Unregistered (0), Host (1) or Device (2); interior addresses per profile (§4)."""
         code, attrs = self._kvreg_runtime.pointer_get_attributes(_ptr(ptr))
         if code or attrs is None:
             return self._e(code), None
@@ -304,58 +316,72 @@ class CudaBindingsFace(types.ModuleType):
         return self._e(0), out
 
     def cudaHostGetDevicePointer(self, pHost: Any, flags: Any) -> tuple[Any, int | None]:
+        """The device alias (== host VA unless attribute 91 is 0); flags must be 0 (§4)."""
         code, dev = self._kvreg_runtime.host_get_device_pointer(
             _ptr(pHost), _unsigned(flags, _U32, "unsigned int"))
         return self._e(code), dev
 
     def cudaHostGetFlags(self, pHost: Any) -> tuple[Any, int | None]:
+        """Flags of cudaHostAlloc memory (| Mapped); registered memory per profile [UNC] (§4)."""
         code, flags = self._kvreg_runtime.host_get_flags(_ptr(pHost))
         return self._e(code), flags
 
     def cudaGetDeviceCount(self) -> tuple[Any, int | None]:
+        """(35, None) without a driver, (100, None) without a GPU (§2.2, §9)."""
         code, n = self._kvreg_runtime.get_device_count()
         return self._e(code), n
 
     def cudaGetDevice(self) -> tuple[Any, int | None]:
+        """The calling thread's current device."""
         code, d = self._kvreg_runtime.get_device()
         return self._e(code), d
 
     def cudaSetDevice(self, device: Any) -> tuple[Any]:
+        """Sets the calling thread's device; out of range -> 101."""
         return (self._e(self._kvreg_runtime.set_device(int(device))),)
 
     def cudaDeviceGetAttribute(self, attr: Any, device: Any) -> tuple[Any, int | None]:
+        """Attributes 19, 41, 91, 99, 100, 113 from the device profile."""
         code, value = self._kvreg_runtime.device_get_attribute(int(attr), int(device))
         return self._e(code), value
 
     def cudaMemGetInfo(self) -> tuple[Any, int | None, int | None]:
+        """(free, total) of the profile's device memory."""
         code, free, total = self._kvreg_runtime.mem_get_info()
         return self._e(code), free, total
 
     def cudaRuntimeGetVersion(self) -> tuple[Any, int]:
+        """Succeeds even without a driver (§9)."""
         code, v = self._kvreg_runtime.runtime_get_version()
         return self._e(code), v
 
     def cudaDriverGetVersion(self) -> tuple[Any, int]:
+        """0 without a driver (§2.2)."""
         code, v = self._kvreg_runtime.driver_get_version()
         return self._e(code), v
 
     # -- streams -------------------------------------------------------------------------------
     def cudaStreamCreate(self) -> tuple[Any, Any]:
+        """A stream handle for the copy APIs."""
         code, handle = self._kvreg_runtime.stream_create()
         return self._e(code), (self.cudaStream_t(handle) if handle is not None else None)
 
     def cudaStreamDestroy(self, stream: Any) -> tuple[Any]:
+        """Unknown handle -> 400."""
         return (self._e(self._kvreg_runtime.stream_destroy(_stream(stream))),)
 
     def cudaStreamSynchronize(self, stream: Any) -> tuple[Any]:
+        """Where asynchronous errors (sticky 700) surface."""
         return (self._e(self._kvreg_runtime.synchronize(_stream(stream))),)
 
     def cudaDeviceSynchronize(self) -> tuple[Any]:
+        """Where asynchronous errors (sticky 700) surface."""
         return (self._e(self._kvreg_runtime.synchronize(None)),)
 
     # -- copies (spec §5) ----------------------------------------------------------------------
     def cudaMemcpyAsync(self, dst: Any, src: Any, count: Any, kind: Any,
                         stream: Any) -> tuple[Any]:
+        """Host range wholly registered or pageable, else 1; spans per profile [UNC] (§5)."""
         code = self._kvreg_runtime.memcpy_async(_ptr(dst), _ptr(src),
                                                 _unsigned(count, _U64, "size_t"), int(kind),
                                                 _stream(stream))
