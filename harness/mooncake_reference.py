@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .chunking import plan_chunks
-from .reference import RegistrationError, TeardownError
+from .reference import RegistrationError, TeardownError, release_in_reverse
 
 __all__ = ["DEFAULT_MAX_MR_SIZE", "MultiBufferError", "effective_mr_limit", "iter_pool_buffers",
            "pack_multi_buffer_meta", "register", "teardown", "uses_multi_buffer"]
@@ -61,13 +61,7 @@ def effective_mr_limit(mc_max_mr_size: int | str | None,
 
 
 def _unregister_all(store: Any, ranges: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
-    failed = []
-    for ptr, size in reversed(ranges):
-        rc = int(store.unregister_buffer(ptr))
-        if rc:
-            failed.append((ptr, size, rc))
-    failed.reverse()
-    return failed
+    return release_in_reverse(store.unregister_buffer, ranges)
 
 
 def register(store: Any, ptr: int, nbytes: int, *, max_mr_size: int,

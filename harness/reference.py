@@ -14,6 +14,7 @@ public contract; ``register_buffer`` / ``teardown_buffer`` follow the ``sglang``
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from kvreg.fakes.errors import error_string
@@ -80,15 +81,24 @@ def _drain(cudart: Any) -> None:
         get_last()
 
 
-def _unregister_all(cudart: Any, ranges: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
-    """Unregister in reverse order; return (ptr, size, code) of failures, ascending."""
+def release_in_reverse(unregister: Callable[[int], Any],
+                       ranges: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """Unregister each base in reverse order; (ptr, size, code) of failures, ascending.
+
+    Shared by the CUDA and the Mooncake reference: ``unregister(ptr)`` returns a code in
+    either face's form (an int, an enum, or a tuple led by one).
+    """
     failed = []
     for ptr, size in reversed(ranges):
-        code = _code(cudart.cudaHostUnregister(ptr))
+        code = _code(unregister(ptr))
         if code:
             failed.append((ptr, size, code))
     failed.reverse()
     return failed
+
+
+def _unregister_all(cudart: Any, ranges: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    return release_in_reverse(cudart.cudaHostUnregister, ranges)
 
 
 def register(cudart: Any, ptr: int, nbytes: int, *, granularity: int | None,
