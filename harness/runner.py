@@ -188,12 +188,10 @@ def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False
     for i, spec in enumerate(specs):
         if not spec.cuda_registered:
             continue
-        nbytes = 0 if sc.empty else spec.nbytes
-        if sc.empty:
+        if sc.empty:   # the zero-byte stand-in of this buffer
             spec = type(spec)(spec.name, (0,), spec.dtype, spec.granularity, spec.copy_unit, (),
                               spec.cuda_registered)
         runs.append(BufferRun(i, spec, int(buffers[i].data_ptr()), None))
-        del nbytes
     record = RunRecord(geometry, sc.chunk_limit, sc.expect, fake.profile.per_call_limit, runs,
                        [], exercised=sc.exercise)
     chunk_gb = str(sc.chunk_limit // GiB) if sc.chunk_limit % GiB == 0 else None
