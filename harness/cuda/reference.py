@@ -14,12 +14,16 @@ public contract; ``register_buffer`` / ``teardown_buffer`` follow the ``sglang``
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any
 
 from kvreg.fakes.errors import error_string
-
-from .chunking import plan_chunks
+from kvreg.harness.plan.chunking import plan_chunks
+from kvreg.harness.run.registration import (
+    RegistrationError,
+    TeardownError,
+    release_in_reverse,
+    result_code,
+)
 
 __all__ = ["RANGES_ATTR", "RegistrationError", "TeardownError", "chunk_limit_from_env",
            "register", "register_buffer", "teardown", "teardown_buffer"]
@@ -27,34 +31,6 @@ __all__ = ["RANGES_ATTR", "RegistrationError", "TeardownError", "chunk_limit_fro
 RANGES_ATTR = "_kvreg_registered_ranges"
 ENV_CHUNK_GB = "SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB"
 GiB = 1 << 30
-
-
-class RegistrationError(RuntimeError):
-    """A chunk failed; everything registered before it was rolled back (or is listed)."""
-
-    def __init__(self, message: str, *, code: int, offset: int, size: int, total: int,
-                 unreleased: list[tuple[int, int]]) -> None:
-        super().__init__(message)
-        self.code = code
-        self.offset = offset
-        self.size = size
-        self.total = total
-        self.unreleased = unreleased
-
-
-class TeardownError(RuntimeError):
-    """Some chunks could not be unregistered; they are kept for a later retry."""
-
-    def __init__(self, message: str, failed: list[tuple[int, int, int]]) -> None:
-        super().__init__(message)
-        self.failed = failed
-
-
-def _code(result: Any) -> int:
-    """The error code of either face's result (tuple for cuda-python, enum for torch)."""
-    if isinstance(result, tuple):
-        return int(result[0])
-    return int(result)
 
 
 def _text(cudart: Any, code: int) -> str:
@@ -81,22 +57,6 @@ def _drain(cudart: Any) -> None:
         get_last()
 
 
-def release_in_reverse(unregister: Callable[[int], Any],
-                       ranges: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
-    """Unregister each base in reverse order; (ptr, size, code) of failures, ascending.
-
-    Shared by the CUDA and the Mooncake reference: ``unregister(ptr)`` returns a code in
-    either face's form (an int, an enum, or a tuple led by one).
-    """
-    failed = []
-    for ptr, size in reversed(ranges):
-        code = _code(unregister(ptr))
-        if code:
-            failed.append((ptr, size, code))
-    failed.reverse()
-    return failed
-
-
 def _unregister_all(cudart: Any, ranges: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
     return release_in_reverse(cudart.cudaHostUnregister, ranges)
 
@@ -114,7 +74,7 @@ def register(cudart: Any, ptr: int, nbytes: int, *, granularity: int | None,
     done: list[tuple[int, int]] = []
     for off, size in chunks:
         try:
-            code = _code(cudart.cudaHostRegister(ptr + off, size, 0))
+            code = result_code(cudart.cudaHostRegister(ptr + off, size, 0))
         except BaseException:
             _unregister_all(cudart, done)
             raise

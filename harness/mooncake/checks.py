@@ -15,9 +15,9 @@ from typing import Any
 
 from kvreg.fakes.mooncake.errors import error_name
 from kvreg.fakes.recorder import TraceEntry
+from kvreg.harness.run.result import Violation
 
-from .checks import Violation
-from .mooncake_io import IoFailure, PoolBuffer
+from .io import IoFailure, PoolBuffer
 
 __all__ = ["McBuffer", "McRecord", "check_mooncake_run"]
 

@@ -22,9 +22,15 @@ import numpy.typing as npt
 from kvreg.fakes.mooncake import FakeMooncake, ReplicateConfig
 from kvreg.fakes.mooncake.errors import error_name
 from kvreg.fakes.verbs.fabric import MrRecord
+from kvreg.harness.pools import (
+    BufferSpec,
+    FastDeployGeometry,
+    HostPoolGroup,
+    PageExtents,
+    PoolGeometry,
+)
 
-from .mooncake_reference import pack_multi_buffer_meta
-from .pools import BufferSpec, FastDeployGeometry, HostPoolGroup, PageExtents, PoolGeometry
+from .reference import pack_multi_buffer_meta
 
 __all__ = ["Batch", "IoFailure", "IoPlanError", "MrRange", "PageObject", "PoolBuffer",
            "allocate_pool", "failure_cause", "fill_pattern", "last_seq", "mr_ranges",

@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from kvreg.fakes.mooncake import FakeMooncake
     from kvreg.fakes.verbs import Fabric
 
+__all__ = ["MARKERS", "PoolFactory", "PoolHandle", "fake_cudart", "fake_mooncake", "fake_verbs",
+           "kvreg_faults", "kvreg_pool", "pytest_addoption", "pytest_configure",
+           "pytest_report_header", "pytest_runtest_call", "pytest_runtest_setup"]
+
 MARKERS = {
     "kvreg_allow_leaks": "kvreg_allow_leaks: the test may end with host registrations still "
                          "live (the fake_cudart leak check is skipped)",
@@ -78,7 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kvreg_scenario: a test item made from a kvreg "
                                        "scenario file")
     if config.getoption("--kvreg-scenarios") or config.getini("kvreg_scenarios"):
-        from kvreg.harness.pytest_scenarios import ScenarioPlugin, scenario_paths
+        from kvreg.harness.pytest.scenarios import ScenarioPlugin, scenario_paths
 
         plugin = ScenarioPlugin(config)
         config.pluginmanager.register(plugin, "kvreg-scenarios")
@@ -223,7 +227,7 @@ class PoolFactory:
         self.fake = fake
 
     def __call__(self, pool_type: str, *, real: bool = False, **params: Any) -> Any:
-        from kvreg.harness.buffers import allocate
+        from kvreg.harness.cuda.buffers import allocate
         from kvreg.harness.pools import make_geometry
 
         geometry = make_geometry(pool_type, **params)

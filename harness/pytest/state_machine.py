@@ -26,8 +26,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
 from kvreg.fakes.fake_cuda import FakeCuda
-
-from . import reference
+from kvreg.harness.cuda import reference
 
 __all__ = ["RegistrationMachine"]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from .pools import (
+from kvreg.harness.pools import (
     AsymmetricMHAGeometry,
     DeepSeekV4PagedGeometry,
     DeepSeekV4StateGeometry,

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import mooncake_reference, reference
-from .chunking import reference_unit
-from .pools import BufferSpec, PageExtents
+from kvreg.harness.cuda import reference
+from kvreg.harness.mooncake import reference as mooncake_reference
+from kvreg.harness.plan.chunking import reference_unit
+from kvreg.harness.pools import BufferSpec, PageExtents
 
 __all__ = ["STYLES", "Implementation", "ImplementationError", "load_callable",
            "make_implementation"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kvreg.fakes.mooncake import FakeMooncake
-from kvreg.harness.mooncake_io import (
+from kvreg.harness.mooncake.io import (
     Batch,
     IoPlanError,
     PageObject,
