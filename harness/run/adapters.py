@@ -120,7 +120,7 @@ class Implementation:
                     f" this scenario's limit is {limit} bytes")
         return None
 
-    # -- mooncake style: MRs through a Mooncake store (harness.mooncake_runner) ------------
+    # -- mooncake style: MRs through a Mooncake store (harness.mooncake.target) ------------
     def register_mr(self, store: Any, ptr: int, nbytes: int, *, max_mr_size: int,
                     granularity: int | None) -> Any:
         """Register one buffer with the store; returns the ranges teardown_mr needs."""

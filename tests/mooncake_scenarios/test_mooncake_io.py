@@ -1,5 +1,5 @@
 """The page I/O helpers behind the runner: seam units, keys and packing, which pages a
-virtual pool sends, and that a wrong round trip is noticed (harness/mooncake_io.py)."""
+virtual pool sends, and that a wrong round trip is noticed (harness/mooncake/io.py)."""
 
 from __future__ import annotations
 
