@@ -11,11 +11,11 @@ import json
 import time
 
 from kvreg.fakes import FakeCuda
-from kvreg.harness.buffers import allocate
-from kvreg.harness.chunking import plan_pool
+from kvreg.harness.cuda.buffers import allocate
+from kvreg.harness.cuda.reference import register, teardown
+from kvreg.harness.cuda.transfers import copy_every_page
+from kvreg.harness.plan.chunking import plan_pool
 from kvreg.harness.pools import make_geometry
-from kvreg.harness.reference import register, teardown
-from kvreg.harness.transfers import copy_every_page
 
 GiB = 1 << 30
 TiB = 1 << 40

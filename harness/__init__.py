@@ -1,4 +1,5 @@
-"""kvreg.harness: reference registration, pool geometry, runner, CLI and the pytest plugin.
+"""kvreg.harness: pool geometry, scenarios, the runner core and its targets, CLI, pytest side.
 
-Kept import-light: submodules are imported on demand.
+Kept import-light: submodules are imported on demand. ARCHITECTURE.md (repository root)
+says which room holds what.
 """

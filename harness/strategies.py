@@ -1,148 +1,16 @@
-"""Hypothesis strategies for downstream property tests: geometries, chunk limits, fault plans.
+"""Hypothesis strategies for pool geometries (kept at this path for users' imports).
 
-``from kvreg.harness.strategies import geometries, chunk_limits, fault_specs``. Geometries
-are small (a few pages of a few bytes to KiB) so that properties can be checked on real
-buffers too; the byte arithmetic is the same as for TiB pools.
+They live in :mod:`kvreg.harness.pytest.strategies`.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from hypothesis import strategies as st
-
-from .pools import (
-    AsymmetricMHAGeometry,
-    DeepSeekV4PagedGeometry,
-    DeepSeekV4StateGeometry,
-    DSAIndexerGeometry,
-    FastDeployGeometry,
-    HostPoolGroup,
-    KOnlyMHAGeometry,
-    MambaGeometry,
-    MHAGeometry,
-    MLAGeometry,
-    MLAKVSplitGeometry,
-    PoolGeometry,
+from kvreg.harness.pytest.strategies import (
+    GEOMETRIES,
+    chunk_limits,
+    fault_specs,
+    geometries,
+    registered_geometries,
 )
 
 __all__ = ["GEOMETRIES", "chunk_limits", "fault_specs", "geometries", "registered_geometries"]
-
-small = st.integers(1, 5)
-pages = st.integers(1, 7)
-dtypes = st.sampled_from(["float16", "bfloat16", "float32", "uint8", "float8_e4m3fn"])
-PAGE_LAYOUTS = ["page_first", "page_first_direct"]
-
-
-def _shape(min_value: int = 1) -> st.SearchStrategy[tuple[int, ...]]:
-    return st.lists(st.integers(min_value, 4), min_size=1, max_size=3).map(tuple)
-
-
-GEOMETRIES: dict[str, st.SearchStrategy[PoolGeometry]] = {
-    "mha": st.builds(
-        MHAGeometry,
-        st.sampled_from(["layer_first", "page_first", "page_first_direct", "page_head"]),
-        small, small, small, dtypes, small, pages,
-    ),
-    "mha_k_only": st.builds(
-        KOnlyMHAGeometry, st.sampled_from(["layer_first", *PAGE_LAYOUTS]),
-        small, small, small, dtypes, small, pages,
-    ),
-    "mha_asymmetric": st.builds(
-        AsymmetricMHAGeometry, st.sampled_from(PAGE_LAYOUTS),
-        small, small, small, small, dtypes, small, pages,
-    ),
-    "mla": st.builds(
-        MLAGeometry, st.sampled_from(["layer_first", *PAGE_LAYOUTS]),
-        small, small, st.integers(0, 4), dtypes, small, pages, st.none() | small,
-    ),
-    "mla_kv_split": st.builds(
-        MLAKVSplitGeometry, small, small, small, dtypes, small, pages,
-        index_layer_num=st.just(0),
-    )
-    | st.builds(
-        MLAKVSplitGeometry, small, small, small, dtypes, small, pages,
-        k_width=small, k_dtype=dtypes, fp8_dsa=st.booleans(), index_layer_num=small,
-        index_head_dim=small, index_dtype=dtypes, index_scale=st.booleans(),
-    ),
-    "dsa_indexer": st.builds(
-        DSAIndexerGeometry, st.sampled_from(["layer_first", *PAGE_LAYOUTS]),
-        small, st.integers(1, 16), st.integers(1, 16), small, pages,
-    ),
-    "mamba": st.builds(
-        MambaGeometry, st.sampled_from(PAGE_LAYOUTS), small, _shape(0), dtypes,
-        st.lists(_shape(1), min_size=1, max_size=3), dtypes, pages,
-    ),
-    "deepseek_v4_paged": st.builds(
-        DeepSeekV4PagedGeometry, st.sampled_from(["layer_first", *PAGE_LAYOUTS]),
-        small, st.integers(1, 40), small, pages,
-    ),
-    "deepseek_v4_state": st.builds(
-        lambda layout, n, row, ring, p, num, dt: DeepSeekV4StateGeometry(
-            layout, [(2, *row)] * n, ring, p, num, dt
-        ),
-        st.sampled_from(["layer_first", *PAGE_LAYOUTS]), small, _shape(1), small, small, pages,
-        dtypes,
-    ),
-    "fastdeploy": st.builds(
-        FastDeployGeometry, small, small, small,
-        st.sampled_from(["float32", "bfloat16", "float16", "uint8"]), small, pages,
-        st.integers(0, 2),
-    )
-    | st.builds(
-        FastDeployGeometry, small, small, small, st.just("block_wise_fp8"), small, pages,
-        st.integers(0, 2), small,
-    ),
-}  # fmt: skip
-
-
-def geometries(pool_type: str | None = None, *, layout: str | None = None,
-               groups: bool = True) -> st.SearchStrategy[PoolGeometry]:
-    """Random valid geometries of one pool type (all types when None), optionally one layout.
-
-    With ``groups`` (and no pool_type) hybrid groups of 1-3 pools are drawn too.
-    """
-    if pool_type is not None:
-        if pool_type not in GEOMETRIES:
-            raise ValueError(f"unknown pool type {pool_type!r}; known: {sorted(GEOMETRIES)}")
-        strategy = GEOMETRIES[pool_type]
-    else:
-        single = st.one_of(*GEOMETRIES.values())
-        strategy = single
-        if groups:
-            strategy = single | st.builds(lambda ms: HostPoolGroup(ms),
-                                          st.lists(single, min_size=1, max_size=3))
-    if layout is not None:
-        strategy = strategy.filter(lambda g: g.layout == layout)
-    return strategy
-
-
-def registered_geometries() -> st.SearchStrategy[PoolGeometry]:
-    """Geometries with at least one CUDA-registered, non-empty buffer."""
-    return geometries().filter(
-        lambda g: any(b.cuda_registered and b.nbytes for b in g.buffers()))
-
-
-def chunk_limits(geometry: PoolGeometry) -> st.SearchStrategy[int]:
-    """Chunk limits from one copy unit up to past the largest buffer (below, at, above)."""
-    specs = [b for b in geometry.buffers() if b.cuda_registered and b.nbytes]
-    unit = max((b.copy_unit for b in specs), default=1)
-    largest = max((b.nbytes for b in specs), default=1)
-    return st.one_of(st.integers(unit, max(unit, largest) * 2),
-                     st.sampled_from([unit, largest, largest + 1]).filter(lambda v: v >= unit))
-
-
-def fault_specs(points: tuple[str, ...] = ("cudart.cudaHostRegister",
-                                           "cudart.cudaHostUnregister"),
-                max_rules: int = 2) -> st.SearchStrategy[list[dict[str, Any]]]:
-    """Fault plans as scenario-file tables (``FaultPlan.arm_from_dict`` accepts each)."""
-    from kvreg.fakes.errors import API_ERRORS
-
-    def rule(point: str) -> st.SearchStrategy[dict[str, Any]]:
-        api = point.split(".", 1)[1]
-        codes = sorted(c for c in API_ERRORS[api] if c not in (3, 35, 100))
-        return st.fixed_dictionaries(
-            {"point": st.just(point), "error": st.sampled_from(codes)},
-            optional={"nth": st.integers(1, 6), "times": st.integers(1, 3)})
-
-    return st.lists(st.one_of(*(rule(p) for p in points)), min_size=1, max_size=max_rules)

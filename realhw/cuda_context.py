@@ -13,7 +13,7 @@ from typing import Any
 
 from .backend import HardwareUnavailable, VirtualBuffersUnsupported
 from .memory import available_memory, prefaulted
-from .probes import ProbeError, ProbeSkipped
+from .probe import ProbeError, ProbeSkipped
 
 __all__ = ["CudaProbeContext", "code_of"]
 

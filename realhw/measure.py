@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from xml.sax.saxutils import escape
 
-from kvreg.harness import reference
+from kvreg.harness.cuda import reference
 
 from .memory import available_memory, prefaulted
 

@@ -19,7 +19,7 @@ from kvreg.fakes import errors as E
 
 from .cuda_context import CEILING, PAGE, SPLIT, CudaProbeContext, GiB, KiB, code_of
 from .memory import cap_ipc_lock, temporary_memlock
-from .probes import Probe
+from .probe import Probe
 
 __all__ = ["CUDA_PROBES", "CudaProbeContext"]
 

@@ -113,3 +113,12 @@ def test_readme_example_runs() -> None:
     assert isinstance(fake, FakeCuda)
     # the 1.2 TiB single call hit the 512 GiB ceiling (spec cuda-runtime.md §2.2) -> 2
     assert fake.trace.codes("cudaHostRegister") == [2]
+
+
+def test_architecture_names_only_paths_that_exist() -> None:
+    """ARCHITECTURE.md's rooms and places to add things must be where it says."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    paths = set(re.findall(r"`((?:harness|fakes|realhw|tests|scenarios)/[^`<>]*)`", text))
+    assert len(paths) > 15
+    missing = sorted(p for p in paths if not (ROOT / p).exists())
+    assert not missing, missing

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kvreg.harness.adapters import Implementation, make_implementation
 from kvreg.harness.cli import main
-from kvreg.harness.runner import ScenarioResult, run_scenario
+from kvreg.harness.run.adapters import Implementation, make_implementation
+from kvreg.harness.run.core import run_scenario
+from kvreg.harness.run.result import ScenarioResult
 from kvreg.harness.scenario import Scenario, bundled_root, load_file
 
 IMPLS = Path(__file__).parent / "impls"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kvreg.harness.adapters import make_implementation
 from kvreg.harness.cli import main
-from kvreg.harness.runner import run_scenario
+from kvreg.harness.run.adapters import make_implementation
+from kvreg.harness.run.core import run_scenario
 from kvreg.harness.scenario import Scenario, bundled_root, load_file
 
 ROOT = bundled_root()

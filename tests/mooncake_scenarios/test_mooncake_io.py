@@ -1,12 +1,12 @@
 """The page I/O helpers behind the runner: seam units, keys and packing, which pages a
-virtual pool sends, and that a wrong round trip is noticed (harness/mooncake_io.py)."""
+virtual pool sends, and that a wrong round trip is noticed (harness/mooncake/io.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from kvreg.fakes.mooncake import FakeMooncake
-from kvreg.harness.mooncake_io import (
+from kvreg.harness.mooncake.io import (
     Batch,
     IoPlanError,
     PageObject,

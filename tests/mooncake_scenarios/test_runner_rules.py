@@ -1,5 +1,5 @@
 """The Mooncake runner's rules, one situation each: what a wrong implementation does, and the
-sentence kvreg says about it (harness/mooncake_runner.py, harness/mooncake_checks.py)."""
+sentence kvreg says about it (harness/mooncake/target.py, harness/mooncake/checks.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from kvreg.harness.adapters import Implementation, make_implementation
 from kvreg.harness.pools import HostPoolGroup
-from kvreg.harness.runner import ScenarioResult, run_scenario
+from kvreg.harness.run.adapters import Implementation, make_implementation
+from kvreg.harness.run.core import run_scenario
+from kvreg.harness.run.result import ScenarioResult
 from kvreg.harness.scenario import Scenario, ScenarioError, bundled_root, load_file
 
 FD_POOL = ('type = "fastdeploy"\nparams = { num_layers = 61, head_num = 1, head_dim = 128, '
@@ -110,13 +111,13 @@ def test_user_function_gets_the_limit_and_the_object_stride(tmp_path: Path) -> N
     def register(store: Any, ptr: int, nbytes: int, *, max_mr_size: int,
                  granularity: int | None) -> list[tuple[int, int]]:
         seen.append((max_mr_size, granularity))
-        from kvreg.harness.mooncake_reference import register as ref
+        from kvreg.harness.mooncake.reference import register as ref
 
         done: list[tuple[int, int]] = ref(store, ptr, nbytes, max_mr_size=max_mr_size,
                                           granularity=granularity)
         return done
 
-    from kvreg.harness.mooncake_reference import teardown
+    from kvreg.harness.mooncake.reference import teardown
 
     result = run_scenario(sc, Implementation("mooncake", "t", register, teardown))
     assert result.verdict == "pass"

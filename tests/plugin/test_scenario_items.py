@@ -125,7 +125,7 @@ def test_scenarios_run_under_xdist(pytester: pytest.Pytester) -> None:
 def test_pool_and_fault_fixtures(pytester: pytest.Pytester) -> None:
     pytester.makepyfile('''
 import pytest
-from kvreg.harness import reference
+from kvreg.harness.cuda import reference
 
 def test_pool(kvreg_pool, kvreg_faults, fake_cudart):
     pool = kvreg_pool("mla", layout="page_first_direct", layer_num=61, kv_lora_rank=512,

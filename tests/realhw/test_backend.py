@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from kvreg.fakes.fake_cuda import FakeCuda
-from kvreg.harness import reference
+from kvreg.harness.cuda import reference
 from kvreg.realhw.backend import (
     INTERFACE,
     CudaBackend,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kvreg.harness import reference
+from kvreg.harness.cuda import reference
 
 GiB, MiB = 1 << 30, 1 << 20
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvreg.harness.chunking import PlanError, chunk_size, plan_chunks, plan_pool, straddling
+from kvreg.harness.plan.chunking import PlanError, chunk_size, plan_chunks, plan_pool, straddling
 from kvreg.harness.pools import PoolGeometry
 from kvreg.harness.strategies import chunk_limits, registered_geometries
 

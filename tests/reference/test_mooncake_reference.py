@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvreg.fakes.address_space import AddressSpace
-from kvreg.harness.mooncake_reference import (
+from kvreg.harness.cuda.reference import RegistrationError
+from kvreg.harness.mooncake.reference import (
     DEFAULT_MAX_MR_SIZE,
     MultiBufferError,
     effective_mr_limit,
@@ -18,7 +19,6 @@ from kvreg.harness.mooncake_reference import (
     teardown,
     uses_multi_buffer,
 )
-from kvreg.harness.reference import RegistrationError
 
 GiB = 1 << 30
 

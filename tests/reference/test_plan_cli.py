@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kvreg.harness.chunking import plan_pool
 from kvreg.harness.cli import main
-from kvreg.harness.plan_svg import render_svg
+from kvreg.harness.plan.chunking import plan_pool
+from kvreg.harness.plan.svg import render_svg
 from kvreg.harness.pools import make_geometry
 
 MLA = ["mla", "layout=page_first_direct", "layer_num=61", "kv_lora_rank=512",

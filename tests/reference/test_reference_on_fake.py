@@ -11,13 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvreg.fakes import FakeCuda
-from kvreg.harness import reference
-from kvreg.harness.buffers import allocate
-from kvreg.harness.chunking import plan_pool
+from kvreg.harness.cuda import reference
+from kvreg.harness.cuda.buffers import allocate
+from kvreg.harness.cuda.reference import RegistrationError, register, teardown
+from kvreg.harness.cuda.transfers import copy_every_page
+from kvreg.harness.plan.chunking import plan_pool
 from kvreg.harness.pools import PoolGeometry, make_geometry
-from kvreg.harness.reference import RegistrationError, register, teardown
 from kvreg.harness.strategies import chunk_limits, registered_geometries
-from kvreg.harness.transfers import copy_every_page
 
 GiB = 1 << 30
 TiB = 1 << 40

@@ -1,7 +1,7 @@
 """Shared helpers for the scenario-runner proof tests.
 
 ``impls/`` holds implementations under test: deliberately broken ones (one per rule of
-``kvreg.harness.checks``), correct variants that must not be flagged, and a faithful copy of
+``kvreg.harness.cuda.checks``), correct variants that must not be flagged, and a faithful copy of
 upstream SGLang's algorithm. The helpers here load them, run the ``kvreg`` CLI in a
 subprocess, and check a JSON report against the public contract (design.md).
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from kvreg.harness.adapters import Implementation, make_implementation
+from kvreg.harness.run.adapters import Implementation, make_implementation
 from kvreg.harness.scenario import Scenario, load_paths
 
 IMPLS = Path(__file__).parent / "impls"

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from kvreg.harness.runner import ScenarioResult, run_scenario
+from kvreg.harness.run.core import run_scenario
+from kvreg.harness.run.result import ScenarioResult
 
 MLA = "mla/page_first_direct"
 
@@ -128,7 +129,7 @@ def test_broken_implementation_passes_where_its_bug_is_harmless(case: Case, by_i
 def test_every_rule_catches_some_broken_implementation() -> None:
     from pathlib import Path
 
-    from kvreg.harness import checks
+    from kvreg.harness.cuda import checks
 
     source = Path(checks.__file__).read_text()
     rules = {r for r in (

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvreg.harness.adapters import make_implementation
-from kvreg.harness.runner import run_scenario
+from kvreg.harness.run.adapters import make_implementation
+from kvreg.harness.run.core import run_scenario
 
 GiB = 1 << 30
 

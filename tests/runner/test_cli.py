@@ -135,7 +135,7 @@ def test_list_k_filters(capsys, catalog) -> None:
 ], ids=["missing-file", "missing-function", "no-function", "bad-module", "missing-teardown",
         "teardown-alone", "style-alone"])
 def test_impl_errors_exit_2_with_a_message(argv, words, capsys, monkeypatch) -> None:
-    import kvreg.harness.run_cli as run_cli
+    import kvreg.harness.cli.run as run_cli
 
     impls = str(Path(__file__).parent / "impls")
     argv = [a.replace("IMPLS", impls) for a in argv]
@@ -160,7 +160,7 @@ def test_impl_that_fails_to_import_exits_2(kvreg_cli, tmp_path: Path) -> None:
 
 
 def test_usage_errors_exit_2(kvreg_cli, capsys, monkeypatch) -> None:
-    import kvreg.harness.run_cli as run_cli
+    import kvreg.harness.cli.run as run_cli
 
     monkeypatch.setattr(run_cli, "_run_all", _must_not_run)
     assert main(["run", "-k", "no-scenario-has-this-in-its-id"]) == 2

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import torch
 
-from kvreg.harness.adapters import Implementation, make_implementation
-from kvreg.harness.runner import run_scenario
+from kvreg.harness.run.adapters import Implementation, make_implementation
+from kvreg.harness.run.core import run_scenario
 
 ENV = "SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB"
 CUDA_MODULES = ("cuda", "cuda.bindings", "cuda.bindings.runtime")

@@ -81,7 +81,7 @@ def _must_not_run(*args, **kwargs):
 @pytest.mark.parametrize("name", sorted(MALFORMED))
 def test_malformed_file_exits_2_naming_file_and_field(name, tmp_path: Path, capsys,
                                                       monkeypatch) -> None:
-    import kvreg.harness.run_cli as run_cli
+    import kvreg.harness.cli.run as run_cli
 
     text, words = MALFORMED[name]
     path = tmp_path / f"{name}.toml"

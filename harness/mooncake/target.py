@@ -1,6 +1,6 @@
-"""Run one Mooncake scenario: MR registration through a store on the fake RDMA fabric.
+"""The ``mooncake`` target: MR registration through a store on the fake RDMA fabric.
 
-The flow mirrors the CUDA runner (harness/runner.py): a fresh :class:`FakeMooncake` with the
+The world mirrors the CUDA target's (harness/cuda/target.py): a fresh :class:`FakeMooncake` with the
 scenario's profile, NICs and ``MC_MAX_MR_SIZE``; the pool's buffers (virtual, or real bytes
 for data scenarios); the scenario's faults (``mooncake.*``, ``verbs.*``), armed after the
 store's setup so ``nth`` counts the implementation's calls; every buffer registered through
@@ -24,17 +24,19 @@ Options (the scenario's ``mooncake`` table), all optional:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvreg.fakes.mooncake import STORE_PROFILES, FakeMooncake
 from kvreg.fakes.verbs.profiles import get_nic_profile
+from kvreg.harness.pools import GeometryError, PoolGeometry
+from kvreg.harness.run.result import CallBudgetExceeded, Violation
+from kvreg.harness.run.target import CannotRun, SkipScenario
 
-from .adapters import Implementation
-from .mooncake_checks import McBuffer, McRecord, check_mooncake_run
-from .mooncake_io import (
+from .checks import McBuffer, McRecord, check_mooncake_run
+from .io import (
     IoPlanError,
     PoolBuffer,
     allocate_pool,
@@ -44,13 +46,14 @@ from .mooncake_io import (
     plan_io,
     store_round_trip,
 )
-from .mooncake_pd import pd_transfer
-from .mooncake_reference import effective_mr_limit
-from .pools import GeometryError, PoolGeometry
-from .runner import WALL_LIMIT_S, CallBudgetExceeded, ScenarioResult, _capture_logs, _wall_guard
-from .scenario import Scenario
+from .pd import pd_transfer
+from .reference import effective_mr_limit
 
-__all__ = ["MooncakeOptions", "run_mooncake_scenario", "validate_options"]
+if TYPE_CHECKING:
+    from kvreg.harness.run.adapters import Implementation
+    from kvreg.harness.scenario.format import Scenario
+
+__all__ = ["TARGET", "MooncakeOptions", "MooncakeTarget", "MooncakeWorld", "validate_options"]
 
 MASTER = "kvreg-master:50051"
 _IO = ("auto", "flat", "multi")
@@ -87,7 +90,7 @@ class MooncakeOptions:
         return ("decode", "prefill") if self.pd else ("node0",)
 
 
-def validate_options(options: dict[str, Any]) -> list[str]:
+def validate_options(options: Mapping[str, Any]) -> list[str]:
     """Problems with a scenario's ``mooncake`` table (empty list when valid)."""
     problems = [f"one of the fields {list(_KNOWN)}, not {k!r}" for k in options
                 if k not in _KNOWN]
@@ -229,63 +232,91 @@ def _exercise(run: _Run, sc: Scenario, opts: MooncakeOptions, record: McRecord) 
             record.io_failures.append(failure)
 
 
-def run_mooncake_scenario(sc: Scenario, impl: Implementation, *,
-                          keep_trace: bool = False) -> ScenarioResult:
-    """Run and judge one Mooncake scenario; never raises for a misbehaving implementation."""
-    start = time.perf_counter()
-    result = ScenarioResult(sc.id, sc.pool, "pass", guards=sc.guards)
-    if not impl.registers_mrs():
-        result.verdict = "skip"
-        result.reason = (f"the {impl.style} style registers CUDA buffers; Mooncake scenarios "
-                         "need --style mooncake")
-        return result
-    opts = MooncakeOptions.parse(sc.mooncake)
-    try:
-        run = _build(sc, opts)
-        plan_io(run.geometry, [0], io=opts.io, merged=opts.merged)   # a bad plan fails early
-    except (IoPlanError, GeometryError, ValueError, RuntimeError) as exc:
-        result.verdict, result.reason = "error", f"kvreg cannot run this scenario: {exc}"
-        return result
-    fake = run.fake
-    for spec in sc.faults:
-        fake.faults.arm_from_dict(spec)
-    budget = CallBudgetExceeded(f"call budget of {sc.call_budget} store calls spent")
-    fake.faults.arm("mooncake.*", raise_=budget, after=sc.call_budget)
-    store_limited = opts.protocol in fake.profile.store_limit_protocols
-    record = McRecord(run.limit, sc.expect, store_limited, run.runs, [], exercised=sc.exercise)
-    try:
-        with fake.patch(opts.nodes[0]), _wall_guard(WALL_LIMIT_S), _capture_logs() as logs:
-            record.logs = logs
-            ok = _register(run, impl, opts.nodes)
-            if ok and "transfers" in sc.exercise:
-                _exercise(run, sc, opts, record)
-            record.teardown_start = _next_seq(fake)
-            rounds = sum(1 for step in sc.exercise if step == "teardown")
-            for rnd in range(rounds):
-                for b in reversed(run.runs):
-                    if not b.registered:
-                        continue
-                    try:
-                        impl.teardown_mr(run.stores[b.pool.node], b.handle)
-                    except CallBudgetExceeded:
-                        raise
-                    except Exception as exc:
-                        record.teardown_errors.append((rnd, b, exc))
-    except CallBudgetExceeded:
-        record.budget_hit = sum(1 for e in fake.trace if e.face.startswith("mooncake:"))
-    except Exception as exc:   # kvreg itself failed: report, don't crash the catalog
-        result.verdict = "error"
-        result.reason = f"kvreg internal error: {type(exc).__name__}: {exc}"
-        return result
-    record.trace = list(fake.trace)
-    record.live_end = [(lb.node, lb.base, lb.size) for lb in fake.live_buffers()]
-    fake.faults.clear()
-    fake.close_all()
-    result.violations = check_mooncake_run(record)
-    result.verdict = "fail" if result.violations else "pass"
-    result.calls = len(record.trace)
-    result.seconds = time.perf_counter() - start
-    if keep_trace or result.violations:
-        result.trace_text = fake.trace.format(limit=200)
-    return result
+class MooncakeWorld:
+    """One Mooncake run: the deployment, its options and the record."""
 
+    def __init__(self, sc: Scenario, opts: MooncakeOptions, run: _Run, record: McRecord
+                 ) -> None:
+        self.sc = sc
+        self.opts = opts
+        self.run = run
+        self.record = record
+
+    def isolation(self) -> AbstractContextManager[Any]:
+        return self.run.fake.patch(self.opts.nodes[0])
+
+    def set_logs(self, logs: list[str]) -> None:
+        self.record.logs = logs
+
+    def register(self, impl: Implementation) -> bool:
+        return _register(self.run, impl, self.opts.nodes)
+
+    def transfer(self) -> None:
+        _exercise(self.run, self.sc, self.opts, self.record)
+
+    def begin_teardown(self) -> None:
+        self.record.teardown_start = _next_seq(self.run.fake)
+
+    def teardown(self, impl: Implementation, round_: int, step: str) -> None:
+        for b in reversed(self.run.runs):
+            if not b.registered:
+                continue
+            try:
+                impl.teardown_mr(self.run.stores[b.pool.node], b.handle)
+            except CallBudgetExceeded:
+                raise
+            except Exception as exc:
+                self.record.teardown_errors.append((round_, b, exc))
+
+    def budget_spent(self) -> None:
+        self.record.budget_hit = sum(1 for e in self.run.fake.trace
+                                     if e.face.startswith("mooncake:"))
+
+    def finish(self) -> None:
+        fake = self.run.fake
+        self.record.trace = list(fake.trace)
+        self.record.live_end = [(lb.node, lb.base, lb.size) for lb in fake.live_buffers()]
+        fake.faults.clear()
+        fake.close_all()
+
+    def judge(self) -> list[Violation]:
+        return check_mooncake_run(self.record)
+
+    def calls(self) -> int:
+        return len(self.record.trace)
+
+    def trace_text(self, limit: int) -> str:
+        return str(self.run.fake.trace.format(limit=limit))
+
+
+class MooncakeTarget:
+    """register_buffer of a host pool in a Mooncake Store, judged by its checks."""
+
+    name = "mooncake"
+    steps = ("register", "transfers", "teardown")
+
+    def validate_options(self, options: Mapping[str, Any]) -> list[str]:
+        return validate_options(options)
+
+    def build(self, sc: Scenario, impl: Implementation, backend: Any) -> MooncakeWorld:
+        if not impl.registers_mrs():
+            raise SkipScenario(f"the {impl.style} style registers CUDA buffers; Mooncake "
+                               "scenarios need --style mooncake")
+        opts = MooncakeOptions.parse(sc.mooncake)
+        try:
+            run = _build(sc, opts)
+            plan_io(run.geometry, [0], io=opts.io, merged=opts.merged)  # a bad plan fails early
+        except (IoPlanError, GeometryError, ValueError, RuntimeError) as exc:
+            raise CannotRun(str(exc)) from exc
+        fake = run.fake
+        for spec in sc.faults:
+            fake.faults.arm_from_dict(spec)
+        budget = CallBudgetExceeded(f"call budget of {sc.call_budget} store calls spent")
+        fake.faults.arm("mooncake.*", raise_=budget, after=sc.call_budget)
+        store_limited = opts.protocol in fake.profile.store_limit_protocols
+        record = McRecord(run.limit, sc.expect, store_limited, run.runs, [],
+                          exercised=sc.exercise)
+        return MooncakeWorld(sc, opts, run, record)
+
+
+TARGET = MooncakeTarget()

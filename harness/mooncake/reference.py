@@ -13,8 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .chunking import plan_chunks
-from .reference import RegistrationError, TeardownError, release_in_reverse
+from kvreg.harness.plan.chunking import plan_chunks
+from kvreg.harness.run.registration import (
+    RegistrationError,
+    TeardownError,
+    release_in_reverse,
+)
 
 __all__ = ["DEFAULT_MAX_MR_SIZE", "MultiBufferError", "effective_mr_limit", "iter_pool_buffers",
            "pack_multi_buffer_meta", "register", "teardown", "uses_multi_buffer"]

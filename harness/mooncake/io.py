@@ -3,7 +3,7 @@
 Keys follow the upstream backends: SGLang stores one object per page and component, packed
 into a multi-buffer object when a page has more pointers than keys (mooncake-verbs.md §3.3,
 §3.4); FastDeploy stores a K and a V object per block, puts them from the write buffer and
-reads them back into the read buffer (§2.3). The PD transfer is in :mod:`.mooncake_pd`.
+reads them back into the read buffer (§2.3). The PD transfer is in :mod:`.pd`.
 
 Virtual pools move no bytes, so only the pages that touch an MR seam or a gap are sent
 (plus the first and the last): every other page lies inside one MR and cannot fail
@@ -22,9 +22,15 @@ import numpy.typing as npt
 from kvreg.fakes.mooncake import FakeMooncake, ReplicateConfig
 from kvreg.fakes.mooncake.errors import error_name
 from kvreg.fakes.verbs.fabric import MrRecord
+from kvreg.harness.pools import (
+    BufferSpec,
+    FastDeployGeometry,
+    HostPoolGroup,
+    PageExtents,
+    PoolGeometry,
+)
 
-from .mooncake_reference import pack_multi_buffer_meta
-from .pools import BufferSpec, FastDeployGeometry, HostPoolGroup, PageExtents, PoolGeometry
+from .reference import pack_multi_buffer_meta
 
 __all__ = ["Batch", "IoFailure", "IoPlanError", "MrRange", "PageObject", "PoolBuffer",
            "allocate_pool", "failure_cause", "fill_pattern", "last_seq", "mr_ranges",

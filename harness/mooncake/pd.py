@@ -23,8 +23,9 @@ from kvreg.fakes.verbs.fabric import MrRecord, Node
 from kvreg.fakes.verbs.pd import PD
 from kvreg.fakes.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from kvreg.fakes.verbs.wr import SGE, SendWR
+from kvreg.harness.pools import PoolGeometry
 
-from .mooncake_io import (
+from .io import (
     Int64s,
     IoFailure,
     MrRange,
@@ -35,7 +36,6 @@ from .mooncake_io import (
     mr_ranges,
     part_words,
 )
-from .pools import PoolGeometry
 
 __all__ = ["pd_transfer"]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .pools import PoolGeometry
+from kvreg.harness.pools import PoolGeometry
 
 __all__ = ["TransferResult", "copy_every_page"]
 

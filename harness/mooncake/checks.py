@@ -1,6 +1,6 @@
 """The rules a Mooncake scenario is judged by: each broken rule is a sentence.
 
-The same rules as the CUDA runner's (harness/checks.py), read from the fake fabric's trace of
+The same rules as the CUDA target's (harness/cuda/checks.py), read from the fake fabric's trace of
 ``register_buffer`` / ``unregister_buffer`` calls: every MR inside its buffer and no larger
 than the effective limit (mooncake-verbs.md §1.6), failures raised and rolled back, every
 page stored and read back (§1.7), every MR released exactly once by its exact base (§1.5
@@ -15,9 +15,9 @@ from typing import Any
 
 from kvreg.fakes.mooncake.errors import error_name
 from kvreg.fakes.recorder import TraceEntry
+from kvreg.harness.run.result import Violation
 
-from .checks import Violation
-from .mooncake_io import IoFailure, PoolBuffer
+from .io import IoFailure, PoolBuffer
 
 __all__ = ["McBuffer", "McRecord", "check_mooncake_run"]
 

@@ -17,8 +17,14 @@ from typing import Any
 
 from kvreg.fakes.faults import FaultPlan, FaultPlanError
 from kvreg.fakes.profile import PROFILES
-
-from .pools import POOL_TYPES, GeometryError, PoolGeometry, accepted_params, make_geometry
+from kvreg.harness.pools import (
+    POOL_TYPES,
+    GeometryError,
+    PoolGeometry,
+    accepted_params,
+    make_geometry,
+)
+from kvreg.harness.run.targets import TARGETS, get_target
 
 __all__ = ["EXERCISES", "EXPECTATIONS", "FORMAT_VERSION", "Scenario", "ScenarioError",
            "bundled_root", "discover", "load_file", "load_paths"]
@@ -170,9 +176,10 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
     profile = merged.get("profile", "h200-r580")
     if profile not in PROFILES:
         ctx.fail("profile", f"one of {sorted(PROFILES)}", profile)
-    if merged.get("target") == "mooncake":
-        # declares the mooncake.* and verbs.* fault points before the faults are checked
-        from . import mooncake_runner  # noqa: F401
+    target = merged.get("target", "cuda")
+    # the target validates its own table and steps; importing it also declares its fakes'
+    # fault points (mooncake.*, verbs.*) before the faults are checked
+    target_obj = get_target(target) if isinstance(target, str) and target in TARGETS else None
     faults = merged.get("faults", [])
     if not isinstance(faults, list) or not all(isinstance(f, Mapping) for f in faults):
         ctx.fail("faults", "an array of tables", faults)
@@ -191,6 +198,9 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
         exercise = []
     elif exercise[0] != "register":
         ctx.fail("exercise", "an array starting with 'register'", exercise)
+    elif target_obj is not None and any(step not in target_obj.steps for step in exercise):
+        ctx.fail("exercise", f"steps the {target} target offers: {list(target_obj.steps)}",
+                 exercise)
     expect = merged.get("expect", "success")
     if expect not in EXPECTATIONS:
         ctx.fail("expect", f"one of {list(EXPECTATIONS)}", expect)
@@ -206,16 +216,13 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
     if not isinstance(backends, list) or not set(backends) <= {"fake", "cuda"} or not backends:
         ctx.fail("backends", "a non-empty array of 'fake' and 'cuda'", backends)
         backends = ["fake"]
-    target = merged.get("target", "cuda")
     mooncake_opts = merged.get("mooncake", {})
-    if target not in ("cuda", "mooncake"):
-        ctx.fail("target", "'cuda' or 'mooncake'", target)
+    if target_obj is None:
+        ctx.fail("target", " or ".join(repr(name) for name in TARGETS), target)
     elif not isinstance(mooncake_opts, Mapping):
         ctx.fail("mooncake", "a table of Mooncake options", mooncake_opts)
     elif target == "mooncake":
-        from .mooncake_runner import validate_options
-
-        for problem in validate_options(dict(mooncake_opts)):
+        for problem in target_obj.validate_options(dict(mooncake_opts)):
             ctx.fail("mooncake", problem, None)
     elif mooncake_opts:
         ctx.fail("mooncake", "no mooncake table unless target = 'mooncake'", None)

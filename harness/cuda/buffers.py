@@ -9,8 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvreg.fakes.address_space import AddressSpace
-
-from .pools import PoolGeometry
+from kvreg.harness.pools import PoolGeometry
 
 __all__ = ["REAL_LIMIT", "allocate"]
 

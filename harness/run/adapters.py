@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import mooncake_reference, reference
-from .chunking import reference_unit
-from .pools import BufferSpec, PageExtents
+from kvreg.harness.cuda import reference
+from kvreg.harness.mooncake import reference as mooncake_reference
+from kvreg.harness.plan.chunking import reference_unit
+from kvreg.harness.pools import BufferSpec, PageExtents
 
 __all__ = ["STYLES", "Implementation", "ImplementationError", "load_callable",
            "make_implementation"]
@@ -119,7 +120,7 @@ class Implementation:
                     f" this scenario's limit is {limit} bytes")
         return None
 
-    # -- mooncake style: MRs through a Mooncake store (harness.mooncake_runner) ------------
+    # -- mooncake style: MRs through a Mooncake store (harness.mooncake.target) ------------
     def register_mr(self, store: Any, ptr: int, nbytes: int, *, max_mr_size: int,
                     granularity: int | None) -> Any:
         """Register one buffer with the store; returns the ranges teardown_mr needs."""

@@ -13,9 +13,9 @@ import json
 import sys
 from typing import Any
 
-from .chunking import ALGORITHMS, PlanError, PoolPlan, plan_pool
-from .mooncake_reference import effective_mr_limit
-from .pools import POOL_TYPES, GeometryError, make_geometry
+from kvreg.harness.mooncake.reference import effective_mr_limit
+from kvreg.harness.plan.chunking import ALGORITHMS, PlanError, PoolPlan, plan_pool
+from kvreg.harness.pools import POOL_TYPES, GeometryError, make_geometry
 
 GiB = 1 << 30
 CEILING_R580 = 512 * GiB
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
             with open(args.json, "w") as fh:
                 fh.write(text + "\n")
     if args.svg:
-        from .plan_svg import render_svg
+        from kvreg.harness.plan.svg import render_svg
 
         with open(args.svg, "w") as fh:
             fh.write(render_svg(plans[0]))

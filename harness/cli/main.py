@@ -13,8 +13,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("demo", help="replay SGLang PR #36798: byte-offset chunk seams break "
                                 "page copies, page-aligned ones do not")
-    from .plan_cli import add_parser as add_plan
-    from .run_cli import add_parsers as add_run
+    from .plan import add_parser as add_plan
+    from .run import add_parsers as add_run
 
     add_run(sub)
     add_plan(sub)
@@ -33,11 +33,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return int(demo_main())
     if args.command in ("run", "list"):
-        from .run_cli import run_list, run_run
+        from .run import run_list, run_run
 
         return int(run_run(args) if args.command == "run" else run_list(args))
     if args.command == "plan":
-        from .plan_cli import run as plan_run
+        from .plan import run as plan_run
 
         return int(plan_run(args))
     if args.command == "fidelity":

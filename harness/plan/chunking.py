@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .pools import BufferSpec, PoolGeometry
-from .pools.base import PageExtents
+from kvreg.harness.pools import BufferSpec, PoolGeometry
+from kvreg.harness.pools.base import PageExtents
 
 __all__ = ["ALGORITHMS", "BufferPlan", "ChunkPlan", "PlanError", "PoolPlan", "chunk_size",
            "plan_chunks", "plan_pool", "straddling"]

@@ -15,9 +15,15 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
 
-from .adapters import STYLES, Implementation, ImplementationError, make_implementation
-from .runner import ScenarioResult, run_scenario
-from .scenario import Scenario, ScenarioError, load_paths
+from kvreg.harness.run.adapters import (
+    STYLES,
+    Implementation,
+    ImplementationError,
+    make_implementation,
+)
+from kvreg.harness.run.core import run_scenario
+from kvreg.harness.run.result import ScenarioResult
+from kvreg.harness.scenario.format import Scenario, ScenarioError, load_paths
 
 __all__ = ["add_parsers", "run_list", "run_run", "select", "summary"]
 

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from .adapters import Implementation, ImplementationError, make_implementation
-from .runner import ScenarioResult, run_scenario
-from .scenario import Scenario, ScenarioError, bundled_root, load_file
+from kvreg.harness.run.adapters import Implementation, ImplementationError, make_implementation
+from kvreg.harness.run.core import run_scenario
+from kvreg.harness.run.result import ScenarioResult
+from kvreg.harness.scenario.format import Scenario, ScenarioError, bundled_root, load_file
 
 __all__ = ["ScenarioFile", "ScenarioItem", "ScenarioPlugin", "scenario_paths"]
 

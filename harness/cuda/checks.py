@@ -12,22 +12,12 @@ from typing import Any
 
 from kvreg.fakes.errors import error_name, error_string
 from kvreg.fakes.recorder import TraceEntry
-
-from .pools import BufferSpec, PoolGeometry
+from kvreg.harness.pools import BufferSpec, PoolGeometry
+from kvreg.harness.run.result import Violation
 
 __all__ = ["BufferRun", "RunRecord", "Violation", "check_run"]
 
 GiB = 1 << 30
-
-
-@dataclass(frozen=True)
-class Violation:
-    rule: str
-    message: str
-    seq: int = 1 << 62   # trace position, for ordering
-
-    def as_dict(self) -> dict[str, str]:
-        return {"rule": self.rule, "message": self.message}
 
 
 @dataclass

@@ -1,0 +1,206 @@
+"""The ``cuda`` target: cudaHostRegister through the cudart faces of a fake (or real) runtime.
+
+The world: the pool's buffers (virtual or real), a fresh fake with the scenario's device
+profile and fault plan, and the chunk-limit environment variable the sglang style reads.
+Register every buffer through the implementation, copy every page through the batch API,
+tear down as often as the scenario says, and hand the trace to the checks. Everything the
+run changes (``torch.cuda.cudart``, ``cuda.bindings.runtime``, the environment variable) is
+restored whatever happens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import AbstractContextManager, ExitStack
+from typing import TYPE_CHECKING, Any
+
+from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.patching import patch_torch_cudart
+from kvreg.harness.run.isolation import env_var
+from kvreg.harness.run.result import CallBudgetExceeded, Violation
+from kvreg.harness.run.target import SkipScenario
+
+from .buffers import allocate, allocate_pinnable
+from .checks import BufferRun, RunRecord, check_run
+from .transfers import copy_every_page
+
+if TYPE_CHECKING:
+    from kvreg.harness.run.adapters import Implementation
+    from kvreg.harness.scenario.format import Scenario
+
+__all__ = ["ENV_CHUNK_GB", "TARGET", "CudaTarget", "CudaWorld"]
+
+GiB = 1 << 30
+ENV_CHUNK_GB = "SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB"
+
+
+def empty_buffers(space: Any, specs: Any) -> list[Any]:
+    """Zero-byte stand-ins of the pool's buffers (``empty = true`` scenarios)."""
+    return [space.virtual((0,), spec.dtype, name=spec.name) for spec in specs]
+
+
+def real_backend(sc: Scenario, backend: Any) -> tuple[Any, str | None]:
+    """A RealCuda for ``backend`` ("cuda" or a RealCuda for tests), or the reason to skip."""
+    from kvreg.realhw.backend import HardwareUnavailable, RealCuda
+    from kvreg.realhw.capabilities import detect
+    from kvreg.realhw.sizing import plan_for_real
+
+    real = RealCuda() if backend == "cuda" else backend
+    try:
+        caps = detect(real.runtime_module, rdma=False, torch=False)
+    except HardwareUnavailable as exc:
+        return None, str(exc)
+    decision = plan_for_real(sc, caps)
+    if decision.action != "run":
+        return None, decision.reason
+    return real, None
+
+
+def next_seq(fake: Any) -> int:
+    """The sequence number the next recorded call will get."""
+    trace = fake.trace
+    return int(trace[len(trace) - 1].seq) + 1 if len(trace) else 0
+
+
+class CudaWorld:
+    """One CUDA run: the fake (or real) runtime, the pool's buffers and the record."""
+
+    def __init__(self, sc: Scenario, fake: Any, buffers: list[Any], record: RunRecord,
+                 real_hw: bool) -> None:
+        self.sc = sc
+        self.fake = fake
+        self.buffers = buffers
+        self.record = record
+        self.real_hw = real_hw
+        self.extents = record.geometry.page_extents() if record.geometry.has_page_meta else None
+
+    def isolation(self) -> AbstractContextManager[Any]:
+        sc = self.sc
+        chunk_gb = str(sc.chunk_limit // GiB) if sc.chunk_limit % GiB == 0 else None
+        stack = ExitStack()
+        stack.enter_context(patch_torch_cudart(self.fake.torch) if self.real_hw
+                            else self.fake.patch())
+        stack.enter_context(env_var(ENV_CHUNK_GB, chunk_gb))
+        return stack
+
+    def set_logs(self, logs: list[str]) -> None:
+        self.record.logs = logs
+
+    def register(self, impl: Implementation) -> bool:
+        """Register every buffer, as the pool constructor does; stop at the first error."""
+        fake, sc, cudart = self.fake, self.sc, self.fake.torch
+        for b in self.record.buffers:
+            try:
+                b.granularity = impl.granularity(b.spec, sc.chunk_limit, self.extents, b.index)
+            except ValueError as exc:
+                b.error = exc
+                b.seq_start = b.seq_end = len(fake.trace)
+                break
+            b.seq_start = next_seq(fake)
+            try:
+                b.handle = impl.register(cudart, self.buffers[b.index], b.spec, b.granularity,
+                                         sc.chunk_limit)
+                b.registered = True
+            except CallBudgetExceeded:
+                raise
+            except Exception as exc:
+                b.error = exc
+            b.seq_end = next_seq(fake)
+            if b.error is not None:
+                break
+        return all(b.error is None for b in self.record.buffers)
+
+    def transfer(self) -> None:
+        """Every page through the batch copy API (nothing to copy in an empty pool)."""
+        if self.sc.empty:
+            return
+        fake = self.fake
+        self.record.transfer = copy_every_page(
+            fake.runtime, self.record.geometry, self.buffers,
+            fault_detail=None if self.real_hw else (lambda: fake.cuda_runtime.last_copy_fault))
+
+    def begin_teardown(self) -> None:
+        self.record.teardown_start = next_seq(self.fake)
+
+    def teardown(self, impl: Implementation, round_: int, step: str) -> None:
+        """Also after a failed register (pool destroy)."""
+        for b in reversed(self.record.buffers):
+            # "teardown-after-failure" also tears down the buffer whose register raised, as
+            # code that always calls teardown in a `finally` does; only the sglang style has
+            # something to call then (its handle is the buffer)
+            failed_too = (step == "teardown-after-failure" and b.error is not None
+                          and impl.style == "sglang")
+            if not b.registered and not failed_too:
+                continue
+            try:
+                impl.teardown(self.fake.torch, self.buffers[b.index], b.handle)
+            except CallBudgetExceeded:
+                raise
+            except Exception as exc:
+                self.record.teardown_errors.append((round_, b.index, exc))
+
+    def budget_spent(self) -> None:
+        self.record.budget_hit = len(self.fake.trace)
+
+    def finish(self) -> None:
+        self.record.trace = list(self.fake.trace)
+        self.record.live_end = [(r.base, r.size) for r in self.fake.live_registrations()]
+        if self.real_hw:
+            self.fake.release_all()   # leave the real driver clean, whatever the code did
+
+    def judge(self) -> list[Violation]:
+        return check_run(self.record)
+
+    def calls(self) -> int:
+        return len(self.record.trace)
+
+    def trace_text(self, limit: int) -> str:
+        return str(self.fake.trace.format(limit=limit))
+
+
+class CudaTarget:
+    """cudaHostRegister of a host pool, judged by :func:`.checks.check_run`."""
+
+    name = "cuda"
+    steps = ("register", "transfers", "teardown", "teardown-after-failure")
+
+    def validate_options(self, options: Mapping[str, Any]) -> list[str]:
+        """The cuda target reads no table of its own."""
+        return []
+
+    def build(self, sc: Scenario, impl: Implementation, backend: Any) -> CudaWorld:
+        why_not = impl.check_limit(sc.chunk_limit)
+        if why_not:
+            raise SkipScenario(why_not)
+        geometry = sc.geometry()
+        specs = geometry.buffers()
+        real_hw = backend != "fake"
+        fake: Any
+        if real_hw:
+            fake, why_not = real_backend(sc, backend)
+            if fake is None:
+                raise SkipScenario(str(why_not))
+            buffers = (empty_buffers(fake.space, specs) if sc.empty
+                       else allocate_pinnable(geometry, fake))
+        else:
+            fake = FakeCuda(sc.profile)
+            buffers = (empty_buffers(fake.space, specs) if sc.empty
+                       else allocate(geometry, fake.space, real=sc.memory == "real"))
+        for spec_dict in sc.faults:
+            fake.faults.arm_from_dict(spec_dict)
+        budget = CallBudgetExceeded(f"call budget of {sc.call_budget} runtime calls spent")
+        fake.faults.arm("cudart.*", raise_=budget, after=sc.call_budget)
+        runs: list[BufferRun] = []
+        for i, spec in enumerate(specs):
+            if not spec.cuda_registered:
+                continue
+            if sc.empty:   # the zero-byte stand-in of this buffer
+                spec = type(spec)(spec.name, (0,), spec.dtype, spec.granularity, spec.copy_unit,
+                                  (), spec.cuda_registered)
+            runs.append(BufferRun(i, spec, int(buffers[i].data_ptr()), None))
+        record = RunRecord(geometry, sc.chunk_limit, sc.expect, fake.profile.per_call_limit,
+                           runs, [], exercised=sc.exercise)
+        return CudaWorld(sc, fake, buffers, record, real_hw)
+
+
+TARGET = CudaTarget()

@@ -1,0 +1,276 @@
+"""kvreg's pytest plugin (entry point ``kvreg``): fixtures, markers and the leak check.
+
+Loading this module imports nothing heavy (no torch, cuda-bindings or pyverbs): the fakes
+are imported when a fixture is first used, as Hypothesis keeps its plugin separate
+(spec/anchors.md §5, §9.7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from kvreg.fakes.fake_cuda import FakeCuda
+    from kvreg.fakes.mooncake import FakeMooncake
+    from kvreg.fakes.verbs import Fabric
+
+__all__ = ["MARKERS", "PoolFactory", "PoolHandle", "fake_cudart", "fake_mooncake", "fake_verbs",
+           "kvreg_faults", "kvreg_pool", "pytest_addoption", "pytest_configure",
+           "pytest_report_header", "pytest_runtest_call", "pytest_runtest_setup"]
+
+MARKERS = {
+    "kvreg_allow_leaks": "kvreg_allow_leaks: the test may end with host registrations still "
+                         "live (the fake_cudart leak check is skipped)",
+    "kvreg_profile": "kvreg_profile(name): the device profile fake_cudart emulates "
+                     "(e.g. 'h100-r575', 'wsl2')",
+    "kvreg_gpu": "kvreg_gpu: needs a real CUDA GPU (skipped without one unless "
+                 "--kvreg-require-hw)",
+    "kvreg_rdma": "kvreg_rdma: needs a real RDMA device (skipped without one unless "
+                  "--kvreg-require-hw)",
+    "kvreg_mooncake": "kvreg_mooncake(profile): the Mooncake profile fake_mooncake emulates "
+                      "('released' or 'head'; default 'released')",
+}
+
+_FAKES_ATTR = "_kvreg_fakes"
+
+
+def _version() -> str:
+    try:
+        return metadata.version("kvreg")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kvreg", "kvreg: KV-cache registration harness")
+    group.addoption("--kvreg-profile", default=None,
+                    help="device profile for the fakes (default: ini kvreg_profile or "
+                         "h200-r580)")
+    group.addoption("--kvreg-require-hw", action="store_true", default=False,
+                    help="fail, instead of skip, tests whose hardware is missing")
+    group.addoption("--kvreg-scenarios", action="append", default=None, metavar="PATH",
+                    help="scenario files or folders to collect as tests ('bundled' = kvreg's "
+                         "catalog); repeatable")
+    group.addoption("--kvreg-impl", default=None, metavar="SPEC",
+                    help="implementation under test: file.py:function or package.module:function")
+    group.addoption("--kvreg-teardown", default=None, metavar="SPEC",
+                    help="its teardown (default: 'teardown' next to --kvreg-impl)")
+    group.addoption("--kvreg-style", default=None, choices=["sglang", "generic", "mooncake"],
+                    help="implementation style (default sglang)")
+    group.addoption("--kvreg-backend", default=None, choices=["fake", "cuda"],
+                    help="backend scenarios run on (default fake)")
+    group.addoption("--kvreg-seed", type=int, default=0,
+                    help="seed for random fault plans armed through the kvreg_faults fixture")
+    parser.addini("kvreg_profile", "device profile for the fakes", default="h200-r580")
+    parser.addini("kvreg_scenarios", "scenario files or folders to collect ('bundled' = "
+                  "kvreg's catalog)", type="linelist", default=[])
+    parser.addini("kvreg_impl", "implementation under test (SPEC)", default="")
+    parser.addini("kvreg_teardown", "teardown of the implementation under test (SPEC)",
+                  default="")
+    parser.addini("kvreg_style", "implementation style: sglang, generic or mooncake",
+                  default="")
+    parser.addini("kvreg_backend", "backend for scenarios: fake or cuda", default="fake")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in MARKERS.values():
+        config.addinivalue_line("markers", line)
+    config.addinivalue_line("markers", "kvreg_scenario: a test item made from a kvreg "
+                                       "scenario file")
+    if config.getoption("--kvreg-scenarios") or config.getini("kvreg_scenarios"):
+        from kvreg.harness.pytest.scenarios import ScenarioPlugin, scenario_paths
+
+        plugin = ScenarioPlugin(config)
+        config.pluginmanager.register(plugin, "kvreg-scenarios")
+        # collect the scenario folders too when the command line named no paths
+        if config.args_source != pytest.Config.ArgsSource.ARGS:
+            for path in scenario_paths(config):
+                if str(path) not in config.args:
+                    config.args.append(str(path))
+
+
+def _profile_name(config: pytest.Config) -> str:
+    return str(config.getoption("--kvreg-profile") or config.getini("kvreg_profile"))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return (f"kvreg {_version()}: backend {config.getoption('--kvreg-backend') or 'fake'}, "
+            f"device profile {_profile_name(config)}, fault seed "
+            f"{config.getoption('--kvreg-seed')}, require hw "
+            f"{config.getoption('--kvreg-require-hw')}")
+
+
+@pytest.fixture
+def fake_cudart(request: pytest.FixtureRequest) -> Iterator[FakeCuda]:
+    """A fresh fake CUDA process; ``torch.cuda.cudart()`` and ``cuda.bindings.runtime`` reach it.
+
+    Offers ``inject(api, *, nth, error)``, ``live_registrations()``, ``trace``,
+    ``virtual(shape, dtype)``. The test fails if registrations are still live at its end,
+    unless it is marked ``kvreg_allow_leaks``.
+    """
+    from kvreg.fakes.fake_cuda import FakeCuda
+
+    marker = request.node.get_closest_marker("kvreg_profile")
+    profile = marker.args[0] if marker and marker.args else _profile_name(request.config)
+    fake = FakeCuda(profile)
+    fakes: list[Any] = request.node.__dict__.setdefault(_FAKES_ATTR, [])
+    fakes.append(fake)
+    with fake.patch():
+        yield fake
+
+
+@pytest.fixture
+def fake_verbs(request: pytest.FixtureRequest) -> Iterator[Fabric]:
+    """A fresh fake RDMA fabric; ``import pyverbs`` (and its submodules) reach it.
+
+    One node (``node0``) with one mlx5 NIC (``mlx5_0``). Offers ``add_device(name, profile,
+    **attrs)`` (a new NIC, or DeviceAttr overrides of an existing one), ``trace``,
+    ``faults``/``inject(api, nth=, error=)``, ``live_mrs()`` and ``add_node``. The test
+    fails if MRs are still registered at its end, unless it is marked
+    ``kvreg_allow_leaks``.
+    """
+    from kvreg.fakes.verbs import Fabric
+
+    fabric = Fabric(devices={"mlx5_0": "mlx5"})
+    request.node.__dict__.setdefault(_FAKES_ATTR, []).append(fabric)
+    with fabric.patch():
+        yield fabric
+
+
+@pytest.fixture
+def fake_mooncake(request: pytest.FixtureRequest) -> Iterator[FakeMooncake]:
+    """A fresh fake Mooncake deployment; ``mooncake.store.MooncakeDistributedStore`` is it.
+
+    The profile comes from ``@pytest.mark.kvreg_mooncake("head")`` (default ``released``).
+    Offers ``store()``, ``track(buffer)``, ``virtual(...)``, ``inject(api, ...)``,
+    ``fabric`` (its NICs and MRs) and ``trace``. The test fails if a registered buffer is
+    never unregistered, unless it is marked ``kvreg_allow_leaks``; stores are closed after.
+    """
+    from kvreg.fakes.mooncake import FakeMooncake
+
+    marker = request.node.get_closest_marker("kvreg_mooncake")
+    fake = FakeMooncake(marker.args[0] if marker and marker.args else "released")
+    request.node.__dict__.setdefault(_FAKES_ATTR, []).append(fake)
+    with fake.patch():
+        yield fake
+    fake.close_all()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """After a passing test body, leaked registrations fail the test (not its teardown)."""
+    missing_hw = item.__dict__.get("_kvreg_missing_hw")
+    if missing_hw:
+        pytest.fail(missing_hw, pytrace=False)
+    result = yield
+    fakes = item.__dict__.get(_FAKES_ATTR, ())
+    if fakes and item.get_closest_marker("kvreg_allow_leaks") is None:
+        reports = [f.leak_report() for f in fakes]
+        leaks = [r for r in reports if r]
+        if leaks:
+            pytest.fail("kvreg leak check: " + "\n".join(leaks) +
+                        "\n(unregister every chunk, or mark the test kvreg_allow_leaks)",
+                        pytrace=False)
+    return result
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Hardware-marked tests skip with a reason, or fail under --kvreg-require-hw."""
+    for name, probe in (("kvreg_gpu", _gpu_missing), ("kvreg_rdma", _rdma_missing)):
+        if item.get_closest_marker(name) is None:
+            continue
+        missing = probe()
+        if missing:
+            if item.config.getoption("--kvreg-require-hw"):
+                # fail in the call phase, so it counts as a failed test, not a setup error
+                item.__dict__["_kvreg_missing_hw"] = (
+                    f"{name}: {missing} (--kvreg-require-hw is set)")
+                return
+            pytest.skip(f"{name}: {missing}")
+
+
+def _gpu_missing() -> str | None:
+    try:
+        from cuda.bindings import runtime
+    except ImportError:
+        return "cuda-bindings is not installed (pip install 'kvreg[cuda]')"
+    err, count = runtime.cudaGetDeviceCount()
+    if int(err) == 35:
+        return "no NVIDIA driver (cudaGetDeviceCount returned 35 cudaErrorInsufficientDriver)"
+    if int(err) == 100:
+        return "no CUDA GPU visible (cudaGetDeviceCount returned 100 cudaErrorNoDevice)"
+    if int(err) != 0 or not count:
+        return f"no usable CUDA device (cudaGetDeviceCount returned {int(err)})"
+    return None
+
+
+def _rdma_missing() -> str | None:
+    try:
+        import pyverbs.device as d
+    except ImportError:
+        return "pyverbs is not importable (install Debian's python3-pyverbs)"
+    try:
+        devices = d.get_device_list()
+    except Exception as exc:  # PyverbsRDMAError without an RDMA stack
+        return f"no RDMA device ({type(exc).__name__}: {exc})"
+    return None if devices else "no RDMA device (get_device_list() is empty)"
+
+
+class PoolFactory:
+    """What ``kvreg_pool`` returns: builds a pool geometry and its buffers in the fake."""
+
+    def __init__(self, fake: FakeCuda) -> None:
+        self.fake = fake
+
+    def __call__(self, pool_type: str, *, real: bool = False, **params: Any) -> Any:
+        from kvreg.harness.cuda.buffers import allocate
+        from kvreg.harness.pools import make_geometry
+
+        geometry = make_geometry(pool_type, **params)
+        return PoolHandle(geometry, allocate(geometry, self.fake.space, real=real))
+
+
+class PoolHandle:
+    """A geometry and its buffers (virtual by default, torch CPU tensors with real=True)."""
+
+    def __init__(self, geometry: Any, buffers: list[Any]) -> None:
+        self.geometry = geometry
+        self.buffers = buffers
+
+    def granularities(self) -> list[int | None]:
+        """What the real pool passes as registration_granularity_bytes, per buffer."""
+        return [b.granularity for b in self.geometry.buffers()]
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        """(buffer, BufferSpec) for every CUDA-registered buffer, in allocation order."""
+        for buf, spec in zip(self.buffers, self.geometry.buffers(), strict=True):
+            if spec.cuda_registered:
+                yield buf, spec
+
+
+@pytest.fixture
+def kvreg_pool(fake_cudart: FakeCuda) -> PoolFactory:
+    """Factory for KV pool buffers with their exact geometry, in this test's fake.
+
+    ``pool = kvreg_pool("mla", layout="page_first_direct", layer_num=61, kv_lora_rank=512,
+    qk_rope_head_dim=64, dtype="bfloat16", page_size=64, page_num=1000)``; then
+    ``pool.buffers``, ``pool.geometry.page_extents()``, ``pool.granularities()``.
+    """
+    return PoolFactory(fake_cudart)
+
+
+@pytest.fixture
+def kvreg_faults(fake_cudart: FakeCuda, request: pytest.FixtureRequest) -> Any:
+    """The fault plan of this test's fake (cleared when the test ends).
+
+    ``kvreg_faults.arm("cudart.cudaHostRegister", nth=2, error=2)``; random plans take
+    ``seed=kvreg_faults.seed`` (``--kvreg-seed``) so a failing run can be repeated.
+    """
+    plan = fake_cudart.faults
+    plan.seed = int(request.config.getoption("--kvreg-seed"))
+    yield plan
+    plan.clear()

@@ -1,0 +1,164 @@
+"""A ready Hypothesis state machine for register / copy / teardown lifecycles.
+
+Point it at your own code and Hypothesis drives random lifecycles against the fake: pools of
+random page sizes registered under random chunk limits (sometimes with a failing call),
+every page copied, torn down twice, and after every step the fake's live registrations must
+equal what the model says is registered::
+
+    from kvreg.harness.state_machine import RegistrationMachine
+
+    class MyPoolMachine(RegistrationMachine):
+        style = "sglang"
+        register_impl = staticmethod(mypool.register)     # register(buffer, G)
+        teardown_impl = staticmethod(mypool.teardown)     # teardown(buffer)
+
+    TestMyPool = MyPoolMachine.TestCase
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
+
+from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.harness.cuda import reference
+
+__all__ = ["RegistrationMachine"]
+
+ENV_CHUNK_GB = "SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB"
+GiB = 1 << 30
+
+
+class _Pool:
+    def __init__(self, buffer: Any, page: int, pages: int, handle: Any) -> None:
+        self.buffer = buffer
+        self.page = page
+        self.pages = pages
+        self.handle = handle
+
+
+class RegistrationMachine(RuleBasedStateMachine):
+    """Lifecycle model; subclasses set ``style``, ``register_impl`` and ``teardown_impl``.
+
+    ``style`` is "generic" (``register(cudart, ptr, nbytes, *, granularity, chunk_limit)``)
+    or "sglang" (``register(buffer, G)`` with cudart from ``torch.cuda.cudart()`` and the
+    limit from SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB, in whole GiB).
+    """
+
+    style: ClassVar[str] = "generic"
+    register_impl: ClassVar[Callable[..., Any]] = staticmethod(reference.register)
+    teardown_impl: ClassVar[Callable[..., Any]] = staticmethod(reference.teardown)
+    profile: ClassVar[str] = "h200-r580"
+
+    pools = Bundle("pools")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fake = FakeCuda(self.profile)
+        self._patch = self.fake.patch()
+        self._patch.__enter__()
+        self._old_env = os.environ.get(ENV_CHUNK_GB)
+        self.model: dict[int, tuple[int, int]] = {}   # base -> (nbytes, page) of live pools
+
+    # -- calling the implementation in its style --------------------------------------------------
+    def _register(self, buffer: Any, page: int, limit: int) -> Any:
+        if self.style == "sglang":
+            os.environ[ENV_CHUNK_GB] = str(limit // GiB)
+            type(self).register_impl(buffer, page)
+            return buffer
+        return type(self).register_impl(self.fake.torch, buffer.data_ptr(), buffer.nbytes,
+                                        granularity=page, chunk_limit=limit)
+
+    def _teardown(self, pool: _Pool) -> None:
+        if self.style == "sglang":
+            type(self).teardown_impl(pool.buffer)
+        else:
+            type(self).teardown_impl(self.fake.torch, pool.handle)
+
+    # -- rules --------------------------------------------------------------------------------
+    @rule(target=pools, page_kib=st.sampled_from([4, 12, 96, 4392]),
+          pages=st.integers(1, 2000), limit_gib=st.integers(1, 3),
+          fail_nth=st.none() | st.integers(1, 4))
+    def register(self, page_kib: int, pages: int, limit_gib: int,
+                 fail_nth: int | None) -> Any:
+        page = page_kib * 1024
+        buffer = self.fake.virtual(page * pages, "uint8", name=f"pool{len(self.model)}")
+        if fail_nth is not None:
+            rule_ = self.fake.inject("cudaHostRegister", nth=fail_nth, error=2)
+        try:
+            handle = self._register(buffer, page, limit_gib * GiB)
+        except Exception:
+            fired = fail_nth is not None and rule_.fired > 0
+            assert fired, "register raised without a failing call"
+            mine = [r for r in self.fake.live_registrations()
+                    if buffer.data_ptr() <= r.base < buffer.data_ptr() + buffer.nbytes]
+            assert not mine, f"failed register left {len(mine)} chunk(s) registered"
+            return _multiple_none()
+        finally:
+            self.fake.faults.clear()
+        if fail_nth is not None and rule_.fired:
+            raise AssertionError("a registration call failed but register() returned normally")
+        self.model[buffer.data_ptr()] = (buffer.nbytes, page)
+        return _Pool(buffer, page, pages, handle)
+
+    @rule(pool=pools)
+    def copy_every_page(self, pool: _Pool) -> None:
+        rt = self.fake.runtime
+        n = pool.pages
+        _, dev = rt.cudaMalloc(pool.page)
+        _, stream = rt.cudaStreamCreate()
+        attrs = rt.cudaMemcpyAttributes()
+        attrs.srcAccessOrder = 1
+        srcs = pool.buffer.data_ptr() + np.arange(n, dtype=np.uint64) * pool.page
+        (err,) = rt.cudaMemcpyBatchAsync(np.full(n, dev, np.uint64), srcs,
+                                         np.full(n, pool.page, np.int64), n, [attrs], [0], 1,
+                                         stream)[:1]
+        rt.cudaStreamDestroy(stream)
+        rt.cudaFree(dev)
+        fault = self.fake.cuda_runtime.last_copy_fault
+        assert int(err) == 0, fault.describe() if fault else f"batch copy failed: {int(err)}"
+
+    @rule(pool=consumes(pools))
+    def release_twice(self, pool: _Pool) -> None:
+        self._teardown(pool)
+        self._teardown(pool)
+        del self.model[pool.buffer.data_ptr()]
+        codes = [c for c in self.fake.trace.codes("cudaHostUnregister")]
+        assert all(c == 0 for c in codes), f"an unregister failed: {codes}"
+
+    # -- invariants --------------------------------------------------------------------------------
+    @invariant()
+    def registrations_cover_exactly_the_live_pools(self) -> None:
+        covered: dict[int, int] = {}
+        for r in self.fake.live_registrations():
+            owner = next((b for b, (n, _) in self.model.items() if b <= r.base < b + n), None)
+            assert owner is not None, f"registration at {r.base:#x} belongs to no live pool"
+            nbytes, page = self.model[owner]
+            assert r.base + r.size <= owner + nbytes, "registration runs past its pool"
+            assert (r.base - owner) % page == 0, "a seam cuts a page"
+            covered[owner] = covered.get(owner, 0) + r.size
+        for base, (nbytes, _) in self.model.items():
+            assert covered.get(base, 0) == nbytes, f"pool at {base:#x} is not fully registered"
+
+    def teardown(self) -> None:
+        try:
+            for base in list(self.model):
+                del self.model[base]
+        finally:
+            self._patch.__exit__(None, None, None)
+            if self._old_env is None:
+                os.environ.pop(ENV_CHUNK_GB, None)
+            else:
+                os.environ[ENV_CHUNK_GB] = self._old_env
+
+
+def _multiple_none() -> Any:
+    """A failed register adds nothing to the bundle."""
+    from hypothesis.stateful import multiple
+
+    return multiple()

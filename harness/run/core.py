@@ -1,0 +1,71 @@
+"""Run one scenario against one implementation, and judge it; the same flow for every target.
+
+The flow (design.md "One scenario, end to end"): the scenario's target builds its world (a
+fresh fake with the scenario's profile and fault plan, the pool's buffers), then every buffer
+is registered through the implementation, every page moved, the pool torn down as often as
+the scenario says, and the target's checks judge the record. Everything the run changes is
+restored whatever happens; a call budget and a wall stop end implementations that loop.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from .isolation import WALL_LIMIT_S, capture_logs, wall_guard
+from .result import CallBudgetExceeded, ScenarioResult
+from .target import CannotRun, SkipScenario
+from .targets import get_target
+
+if TYPE_CHECKING:
+    from kvreg.harness.scenario.format import Scenario
+
+    from .adapters import Implementation
+
+__all__ = ["run_scenario"]
+
+
+def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False,
+                 backend: Any = "fake") -> ScenarioResult:
+    """Run and judge one scenario; never raises for a misbehaving implementation.
+
+    ``backend`` is "fake" (default), "cuda" (CUDA scenarios on the real runtimes through
+    kvreg.realhw: the pool is materialised in real memory, or the scenario is skipped with
+    the reason when the machine cannot hold it), or a RealCuda-like object (tests use
+    stand-ins). Targets without a real backend ignore it.
+    """
+    target = get_target(sc.target)
+    start = time.perf_counter()
+    result = ScenarioResult(sc.id, sc.pool, "pass", guards=sc.guards)
+    try:
+        world = target.build(sc, impl, backend)
+    except SkipScenario as exc:
+        result.verdict, result.reason = "skip", str(exc)
+        return result
+    except CannotRun as exc:
+        result.verdict, result.reason = "error", f"kvreg cannot run this scenario: {exc}"
+        return result
+    try:
+        with world.isolation(), wall_guard(WALL_LIMIT_S), capture_logs() as logs:
+            world.set_logs(logs)
+            ok = world.register(impl)
+            if ok and "transfers" in sc.exercise:
+                world.transfer()
+            world.begin_teardown()
+            rounds = [step for step in sc.exercise if step.startswith("teardown")]
+            for rnd, step in enumerate(rounds):
+                world.teardown(impl, rnd, step)
+    except CallBudgetExceeded:
+        world.budget_spent()
+    except Exception as exc:  # kvreg itself failed: report, don't crash the catalog
+        result.verdict = "error"
+        result.reason = f"kvreg internal error: {type(exc).__name__}: {exc}"
+        return result
+    world.finish()
+    result.violations = world.judge()
+    result.verdict = "fail" if result.violations else "pass"
+    result.calls = world.calls()
+    result.seconds = time.perf_counter() - start
+    if keep_trace or result.violations:
+        result.trace_text = world.trace_text(200)
+    return result

@@ -1,0 +1,80 @@
+"""The seam between the runner core and a target (``cuda``, ``mooncake``, ...).
+
+The core knows a target only through :class:`Target` and the :class:`World` it builds: what
+the target accepts in a scenario's own options table, which exercise steps it offers, how it
+builds its fake world and buffers, and how it judges what the run recorded. A new target is
+one subpackage with an object of this shape, named in :mod:`.targets`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .result import Violation
+
+if TYPE_CHECKING:
+    from kvreg.harness.scenario.format import Scenario
+
+    from .adapters import Implementation
+
+__all__ = ["CannotRun", "SkipScenario", "Target", "World"]
+
+
+class SkipScenario(Exception):
+    """The scenario does not apply to this implementation or machine; the message says why."""
+
+
+class CannotRun(Exception):
+    """kvreg cannot build this scenario's world (a bad plan, geometry or deployment)."""
+
+
+class World(Protocol):
+    """One run's fake deployment, buffers and record, driven step by step by the core."""
+
+    def isolation(self) -> AbstractContextManager[Any]:
+        """Where the implementation's imports reach the fake (and the env it reads is set)."""
+
+    def set_logs(self, logs: list[str]) -> None:
+        """The list the core fills with what the implementation logs."""
+
+    def register(self, impl: Implementation) -> bool:
+        """Register every buffer; stop at the first error. True when all were registered."""
+
+    def transfer(self) -> None:
+        """Move every page through the target's data path."""
+
+    def begin_teardown(self) -> None:
+        """Mark where teardown starts (also when the scenario asks for none)."""
+
+    def teardown(self, impl: Implementation, round_: int, step: str) -> None:
+        """One teardown step of the scenario (``round_`` counts from 0)."""
+
+    def budget_spent(self) -> None:
+        """The call budget stopped the implementation: note where."""
+
+    def finish(self) -> None:
+        """Take the trace and what is still live; leave the fake or the driver clean."""
+
+    def judge(self) -> list[Violation]:
+        """The target's checks on what was recorded."""
+
+    def calls(self) -> int:
+        """How many calls were recorded."""
+
+    def trace_text(self, limit: int) -> str:
+        """The recorded calls, for a report."""
+
+
+class Target(Protocol):
+    """What the runner core and scenario validation ask of a target."""
+
+    name: str
+    steps: tuple[str, ...]   # the exercise steps it offers
+
+    def validate_options(self, options: Mapping[str, Any]) -> list[str]:
+        """Problems with the scenario's table named after the target (empty when valid)."""
+
+    def build(self, sc: Scenario, impl: Implementation, backend: Any) -> World:
+        """The world of one run; raises SkipScenario or CannotRun."""
