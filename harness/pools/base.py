@@ -25,6 +25,7 @@ Int64Array = npt.NDArray[np.int64]
 
 __all__ = [
     "BufferSpec",
+    "ExtentFamily",
     "GeometryError",
     "Int64Array",
     "NoPageMetaError",
@@ -180,6 +181,36 @@ class Slot(NamedTuple):
     size: int
 
 
+@dataclass(frozen=True)
+class ExtentFamily:
+    """One pointer slot over all pages: the page-meta rows it produces, in closed form."""
+
+    buffer: int
+    base: int
+    stride: int
+    size: int
+    count: int
+    row_start: int
+    row_step: int
+
+    def offset(self, page: int) -> int:
+        return self.base + page * self.stride
+
+    def row(self, page: int) -> int:
+        return self.row_start + page * self.row_step
+
+    @property
+    def span_end(self) -> int:
+        """One past the last byte any of its rows touches."""
+        if not self.count:
+            return self.base
+        return max(self.base + (self.count - 1) * self.stride + self.size, self.base + self.size)
+
+    def shifted(self, buffers: int, rows: int) -> ExtentFamily:
+        return ExtentFamily(self.buffer + buffers, self.base, self.stride, self.size,
+                            self.count, self.row_start + rows, self.row_step)
+
+
 def extents_from_slots(
     pages: Int64Array, slots: Sequence[Slot], *, slot_major: bool = False
 ) -> PageExtents:
@@ -296,6 +327,19 @@ class PoolGeometry(ABC):
             raise NoPageMetaError(self._no_meta_message())
         return extents_from_slots(
             self.check_pages(pages), self._page_slots(), slot_major=self._slot_major
+        )
+
+    def extent_families(self) -> tuple[ExtentFamily, ...]:
+        """page_extents() in closed form: one progression per pointer slot, rows numbered as
+        page_extents() numbers them; costs O(slots) whatever the page count."""
+        if not self.has_page_meta:
+            raise NoPageMetaError(self._no_meta_message())
+        slots = self._page_slots()
+        n, k = self.page_count, len(slots)
+        return tuple(
+            ExtentFamily(s.buffer, s.base, s.page_stride, s.size, n,
+                         j * n if self._slot_major else j, 1 if self._slot_major else k)
+            for j, s in enumerate(slots)
         )
 
     @property

@@ -14,7 +14,7 @@ from typing import Any, Self
 import numpy.typing as npt
 
 from ._checks import GeometryError
-from .base import BufferSpec, PageExtents, PoolGeometry
+from .base import BufferSpec, ExtentFamily, PageExtents, PoolGeometry
 
 __all__ = ["HostPoolGroup"]
 
@@ -97,3 +97,13 @@ class HostPoolGroup(PoolGeometry):
                 for member, offset in zip(self.members, self.buffer_offsets, strict=True)
             ]
         )
+
+    def extent_families(self) -> tuple[ExtentFamily, ...]:
+        """Each member's families, buffers and rows moved past the earlier members'."""
+        out: list[ExtentFamily] = []
+        rows = 0
+        for member, offset in zip(self.members, self.buffer_offsets, strict=True):
+            fams = member.extent_families()
+            out += [f.shifted(offset, rows) for f in fams]
+            rows += sum(f.count for f in fams)
+        return tuple(out)
