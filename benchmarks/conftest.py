@@ -33,6 +33,16 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if "catalog_s" in MEDIANS:
         lines.append(f"bundled catalog ({MEDIANS.get('catalog_scenarios', '?')} scenarios) "
                      f"with -j 2: {MEDIANS['catalog_s']:.1f} s (target < 60 s)")
+    for key, ratio in MEDIANS.items():
+        if key.startswith("scale:") and key.count(":") == 1:
+            lines.append(f"4 TiB {key[6:]}: 1-token/64-token pages = {ratio:.2f}x (target <= 2x), "
+                         f"{MEDIANS[key + ':s']:.2f} s, {MEDIANS[key + ':pages']:,.0f} pages, "
+                         f"{MEDIANS[key + ':copied']:,.0f} extents copied, peak RSS growth "
+                         f"{MEDIANS[key + ':rss']:.0f} MB (target < 300 MB)")
+    if "plan_1e12_s" in MEDIANS:
+        lines.append(f"kvreg plan of 1e12 pages (3 algorithms + SVG): "
+                     f"{MEDIANS['plan_1e12_s']:.2f} s (target < 1 s), peak RSS growth "
+                     f"{MEDIANS['plan_1e12_rss_mb']:.0f} MB (target < 100 MB)")
     if lines:
         terminalreporter.section("kvreg performance ratios")
         for line in lines:
