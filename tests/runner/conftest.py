@@ -87,7 +87,8 @@ def check_report(doc: Any) -> dict[str, dict[str, Any]]:
 
     ``{"summary": {"total", "passed", "failed", "errors", "skipped"}, "scenarios": [{"id",
     "pool", "verdict", "violations"}]}``; a skipped or errored scenario may add a string
-    ``reason``, nothing else.
+    ``reason``; a scenario whose pages went through the batch copy may add ``copy``
+    (``{"pages_copied", "pages_total", "method"}``), nothing else.
     """
     assert isinstance(doc, dict) and set(doc) == {"summary", "scenarios"}, doc.keys()
     summary, scenarios = doc["summary"], doc["scenarios"]
@@ -100,10 +101,14 @@ def check_report(doc: Any) -> dict[str, dict[str, Any]]:
     for s in scenarios:
         extra = set(s) - SCENARIO_KEYS
         assert set(s) >= SCENARIO_KEYS, s
-        assert extra <= {"reason"}, s
-        if extra:
+        assert extra <= {"reason", "copy"}, s
+        if "reason" in extra:
             assert s["verdict"] in ("skip", "error") and isinstance(s["reason"], str)
             assert s["reason"]
+        if "copy" in extra:
+            copy = s["copy"]
+            assert set(copy) == {"pages_copied", "pages_total", "method"}, copy
+            assert 0 <= copy["pages_copied"] <= copy["pages_total"] and copy["method"]
         assert isinstance(s["id"], str) and isinstance(s["pool"], str) and s["pool"]
         assert s["verdict"] in VERDICT_COUNTS, s
         assert isinstance(s["violations"], list)
