@@ -19,13 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from kvreg.fakes import FakeCuda
-from kvreg.harness.buffers import allocate
-from kvreg.harness.chunking import ALGORITHMS, PlanError, plan_pool
-from kvreg.harness.plan_svg import render_svg
+from kvreg.harness.cuda.buffers import allocate
+from kvreg.harness.cuda.reference import register, teardown
+from kvreg.harness.cuda.transfers import copy_every_page
+from kvreg.harness.plan.chunking import ALGORITHMS, PlanError, plan_pool
+from kvreg.harness.plan.svg import render_svg
 from kvreg.harness.pools import make_geometry
-from kvreg.harness.reference import register, teardown
-from kvreg.harness.scenario import _pages_for  # noqa: PLC2701 (sizing rule of the format)
-from kvreg.harness.transfers import copy_every_page
 
 GiB = 1 << 30
 TiB = 1 << 40
@@ -45,7 +44,9 @@ def pool(path: Path, layout: str, page_size: int) -> Any:
     params = {**data["pool"]["params"], "layout": layout}
     if page_size and "page_size" in params:
         params["page_size"] = page_size
-    return make_geometry(kind, **params, page_num=_pages_for(kind, params, 4 * TiB))
+    one = make_geometry(kind, **params, page_num=1).total_nbytes
+    per_page = make_geometry(kind, **params, page_num=2).total_nbytes - one
+    return make_geometry(kind, **params, page_num=(4 * TiB - one) // per_page + 1)
 
 
 def scale(path: Path, layout: str, page_size: int) -> dict[str, Any]:

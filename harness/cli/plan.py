@@ -16,6 +16,8 @@ from typing import Any
 from kvreg.harness.mooncake.reference import effective_mr_limit
 from kvreg.harness.plan.chunking import ALGORITHMS, PlanError, PoolPlan, plan_pool
 from kvreg.harness.pools import POOL_TYPES, GeometryError, make_geometry
+from kvreg.harness.pools.families import extent_at
+from kvreg.harness.scenario.size_limits import size_problem
 
 GiB = 1 << 30
 CEILING_R580 = 512 * GiB
@@ -42,7 +44,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--ceiling-gb", type=int, default=512,
                    help="per-call ceiling to flag (512 on R580+ drivers; 0 for none)")
     p.add_argument("--json", metavar="FILE", help="write the plan as JSON ('-' for stdout)")
-    p.add_argument("--svg", metavar="FILE", help="draw the plan (first algorithm) as SVG")
+    p.add_argument("--svg", metavar="FILE",
+                   help="draw the plans (every requested algorithm, side by side) as SVG")
 
 
 def _value(text: str) -> Any:
@@ -69,12 +72,11 @@ def _summary(plan: PoolPlan, ceiling: int | None) -> str:
         problems.append(f"{over} call(s) at or above the {ceiling // GiB if ceiling else 0} GiB "
                         "per-call ceiling: cudaHostRegister returns 2 (out of memory) on R580+")
     if plan.straddling_count:
-        ext = plan.extents
-        assert ext is not None
-        first = next(b for b in plan.buffers if len(b.straddles))
-        r = int(first.straddles[0])
+        assert plan.families is not None
+        first = next(b for b in plan.buffers if b.straddle_count)
+        _, off, _, page = extent_at(plan.families, first.hits.rows[0])
         problems.append(f"{plan.straddling_count} page extent(s) straddle a seam, first: page "
-                        f"{int(ext.page[r])} of {first.spec.name} at offset {int(ext.offset[r])}")
+                        f"{page} of {first.spec.name} at offset {off}")
     verdict = "OK" if not problems else "; ".join(problems)
     return (f"{plan.algorithm:<12} calls={plan.calls:<6} largest={plan.largest:<16} {verdict}")
 
@@ -82,6 +84,9 @@ def _summary(plan: PoolPlan, ceiling: int | None) -> str:
 def run(args: argparse.Namespace) -> int:
     try:
         geometry = make_geometry(args.pool_type, **parse_params(args.params))
+        too_big = size_problem(geometry)
+        if too_big:
+            raise PlanError(too_big)
         if args.mc_max_mr_size is not None:
             limit = effective_mr_limit(args.mc_max_mr_size, args.device_max_mr,
                                        fastdeploy_clamp=args.fastdeploy_clamp)
@@ -100,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     for plan in plans:
         print(_summary(plan, ceiling))
         for bp in plan.buffers:
-            d = bp.as_dict(plan.extents, limit_rows=3)
+            d = bp.as_dict(plan.families, limit_rows=3)
             print(f"    {d['buffer']:<24} bytes={d['nbytes']:<16} "
                   f"upstream_G={d['upstream_granularity']} copy_unit={d['copy_unit']} "
                   f"chunk={d['chunk']} calls={d['calls']}"
@@ -119,5 +124,5 @@ def run(args: argparse.Namespace) -> int:
         from kvreg.harness.plan.svg import render_svg
 
         with open(args.svg, "w") as fh:
-            fh.write(render_svg(plans[0]))
+            fh.write(render_svg(plans))
     return 0

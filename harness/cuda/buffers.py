@@ -10,10 +10,10 @@ from typing import Any
 
 from kvreg.fakes.address_space import AddressSpace
 from kvreg.harness.pools import PoolGeometry
+from kvreg.harness.scenario.size_limits import REAL_LIMIT
 
 __all__ = ["REAL_LIMIT", "allocate"]
 
-REAL_LIMIT = 256 << 20   # above this, real=True is refused: a test must not eat the RAM
 
 
 def allocate(geometry: PoolGeometry, space: AddressSpace, *, real: bool = False) -> list[Any]:

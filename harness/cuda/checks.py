@@ -13,6 +13,7 @@ from typing import Any
 from kvreg.fakes.errors import error_name, error_string
 from kvreg.fakes.recorder import TraceEntry
 from kvreg.harness.pools import BufferSpec, PoolGeometry
+from kvreg.harness.pools.families import extent_at
 from kvreg.harness.run.result import Violation
 
 __all__ = ["BufferRun", "RunRecord", "Violation", "check_run"]
@@ -231,19 +232,17 @@ def _explain_error(r: RunRecord, b: BufferRun) -> str:
 def _explain_transfer(r: RunRecord, t: Any) -> str:
     msg = f"batch copy of every page failed with {t.code} ({error_string(t.code)})"
     if t.failed_row is not None and r.geometry.has_page_meta:
-        ext = r.geometry.page_extents()
-        row = t.failed_row
-        name = r.geometry.buffers()[int(ext.buffer[row])].name
-        off, size = int(ext.offset[row]), int(ext.size[row])
+        index, off, size, page = extent_at(r.geometry.extent_families(), t.failed_row)
+        name = r.geometry.buffers()[index].name
         regs = [e for e in r.trace if e.api == "cudaHostRegister" and e.code == 0]
-        base = next((x.base for x in r.buffers if x.index == int(ext.buffer[row])), 0)
+        base = next((x.base for x in r.buffers if x.index == index), 0)
         seams = sorted(int(e.args[0]) - base for e in regs
                        if base < int(e.args[0]) < base + off + size
                        and int(e.args[0]) > base + off)
-        regions = r.geometry.buffers()[int(ext.buffer[row])].regions
+        regions = r.geometry.buffers()[index].regions
         region = next((reg.name for reg in regions if reg.offset <= off < reg.end), "") \
             if len(regions) > 1 else ""
-        where = f"page {int(ext.page[row])}" + (f" of the {region}" if region else "")
+        where = f"page {page}" + (f" of the {region}" if region else "")
         msg = (f"{where} of {name} [{off}, {off + size}) spans registrations at offset "
                f"{seams[0] if seams else '?'}: cudaMemcpyBatchAsync returns {t.code} "
                f"({error_string(t.code)})")

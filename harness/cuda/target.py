@@ -2,7 +2,8 @@
 
 The world: the pool's buffers (virtual or real), a fresh fake with the scenario's device
 profile and fault plan, and the chunk-limit environment variable the sglang style reads.
-Register every buffer through the implementation, copy every page through the batch API,
+Register every buffer through the implementation, copy the pages through the batch API (every
+page of a small pool; the ones that decide the verdict of a large one: copy_selection.py),
 tear down as often as the scenario says, and hand the trace to the checks. Everything the
 run changes (``torch.cuda.cudart``, ``cuda.bindings.runtime``, the environment variable) is
 restored whatever happens.
@@ -72,7 +73,9 @@ class CudaWorld:
         self.buffers = buffers
         self.record = record
         self.real_hw = real_hw
-        self.extents = record.geometry.page_extents() if record.geometry.has_page_meta else None
+        # the page extents in closed form: the reference's seam unit, at any page count
+        self.families = (record.geometry.extent_families() if record.geometry.has_page_meta
+                         else None)
 
     def isolation(self) -> AbstractContextManager[Any]:
         sc = self.sc
@@ -91,7 +94,7 @@ class CudaWorld:
         fake, sc, cudart = self.fake, self.sc, self.fake.torch
         for b in self.record.buffers:
             try:
-                b.granularity = impl.granularity(b.spec, sc.chunk_limit, self.extents, b.index)
+                b.granularity = impl.granularity(b.spec, sc.chunk_limit, self.families, b.index)
             except ValueError as exc:
                 b.error = exc
                 b.seq_start = b.seq_end = len(fake.trace)
@@ -117,7 +120,13 @@ class CudaWorld:
         fake = self.fake
         self.record.transfer = copy_every_page(
             fake.runtime, self.record.geometry, self.buffers,
+            registrations=[(r.base, r.size) for r in fake.live_registrations()],
             fault_detail=None if self.real_hw else (lambda: fake.cuda_runtime.last_copy_fault))
+
+    def copy_coverage(self) -> dict[str, Any] | None:
+        """How the copy step covered the pages (None when it did not run or had no pages)."""
+        t = self.record.transfer
+        return dict(t.coverage) if t is not None and t.coverage else None
 
     def begin_teardown(self) -> None:
         self.record.teardown_start = next_seq(self.fake)

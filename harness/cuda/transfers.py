@@ -1,23 +1,24 @@
-"""Transfers over every page through the batch copy API, as HiCache's write-back does.
+"""Transfers over the pool's pages through the batch copy API, as HiCache's write-back does.
 
 One ``cudaMemcpyBatchAsync`` descriptor per page extent (pools.md §5.1: whole pages; §5.2:
 per-(page, layer) sub-blocks are inside those), host to a device staging buffer, on a
-non-default stream with srcAccessOrder Stream. The fake's verdict for the first bad
-descriptor says which page and which registrations it spans.
+non-default stream with srcAccessOrder Stream. Small pools copy every extent; large ones
+copy the extents that decide the verdict (copy_selection.py says which and why the others
+get the same one), so the runtime's own copy rules stay the judge at any page count. The
+fake's verdict for the first bad descriptor says which page and which registrations it spans.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from kvreg.harness.pools import PoolGeometry
 
-__all__ = ["TransferResult", "copy_every_page"]
+from .copy_selection import buffer_edges, copy_selected, select_copies
 
-BATCH = 1 << 18   # descriptors per call (bounds the validation temporaries)
+__all__ = ["TransferResult", "copy_every_page"]
 
 
 @dataclass
@@ -26,6 +27,8 @@ class TransferResult:
     copies: int
     failed_row: int | None    # row of the pool's page extents that failed, when known
     detail: str
+    # {"pages_copied", "pages_total", "method"}: how the pages were covered
+    coverage: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -33,49 +36,27 @@ class TransferResult:
 
 
 def copy_every_page(runtime: Any, geometry: PoolGeometry, buffers: list[Any], *,
-                    direction: str = "h2d", fault_detail: Any = None) -> TransferResult:
-    """Copy every page extent between the host pool and a device buffer.
+                    direction: str = "h2d", fault_detail: Callable[[], Any] | None = None,
+                    registrations: Iterable[tuple[int, int]] | None = None,
+                    seed: int = 0) -> TransferResult:
+    """Judge every page extent of the pool by copying it (small pools) or the ones that decide.
 
     ``runtime`` is a cuda.bindings.runtime-style module (fake or real). ``fault_detail`` is
-    an optional callable returning the fake's last copy fault description.
+    an optional callable returning the fake's last copy fault description. ``registrations``
+    are the live (ptr, size) registrations; without them every extent is copied.
     """
     if not geometry.has_page_meta:
         return TransferResult(0, 0, None, "no page metadata: nothing to copy")
-    ext = geometry.page_extents()
-    if not len(ext):
-        return TransferResult(0, 0, None, "no pages")
-    bases = np.array([int(b.data_ptr()) for b in buffers], dtype=np.uint64)
-    host = bases[ext.buffer] + ext.offset.astype(np.uint64)
-    sizes = ext.size.astype(np.int64)
-    err, dev = runtime.cudaMalloc(int(sizes.max()))
-    if int(err):
-        return TransferResult(int(err), 0, None, "cudaMalloc of the staging buffer failed")
-    err, stream = runtime.cudaStreamCreate()
-    attrs = runtime.cudaMemcpyAttributes()
-    attrs.srcAccessOrder = runtime.cudaMemcpySrcAccessOrder.cudaMemcpySrcAccessOrderStream
-    result = TransferResult(0, 0, None, "")
-    try:
-        for start in range(0, len(host), BATCH):
-            h = host[start:start + BATCH]
-            n = len(h)
-            d = np.full(n, dev, dtype=np.uint64)
-            srcs, dsts = (h, d) if direction == "h2d" else (d, h)
-            res = runtime.cudaMemcpyBatchAsync(dsts, srcs, sizes[start:start + n], n, [attrs],
-                                               [0], 1, stream)
-            code = int(res[0])
-            result.copies += n
-            if code:
-                detail = fault_detail() if fault_detail is not None else None
-                row = getattr(detail, "index", None)
-                result.code = code
-                result.failed_row = start + row if isinstance(row, int) and row >= 0 else None
-                result.detail = detail.describe() if detail is not None else ""
-                break
-        (sync,) = runtime.cudaStreamSynchronize(stream)
-        if int(sync) and not result.code:
-            result.code = int(sync)
-            result.detail = "the stream reported an asynchronous error"
-    finally:
-        runtime.cudaStreamDestroy(stream)
-        runtime.cudaFree(dev)
-    return result
+    bases = [int(b.data_ptr()) for b in buffers]
+    if registrations is None:
+        selection = select_copies(geometry, [], copy_all_below=1 << 62)
+    else:
+        regs = list(registrations)
+        edges = [buffer_edges(base, spec.nbytes, regs)
+                 for base, spec in zip(bases, geometry.buffers(), strict=True)]
+        selection = select_copies(geometry, edges, seed=seed)
+    if not len(selection):
+        return TransferResult(0, 0, None, "no pages", selection.as_dict())
+    out = copy_selected(runtime, selection, bases, direction=direction,
+                        fault_detail=fault_detail)
+    return TransferResult(out.code, out.copies, out.failed_row, out.detail, selection.as_dict())

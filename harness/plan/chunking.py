@@ -3,23 +3,33 @@
 A chunk plan cuts ``[0, total)`` into calls no larger than the limit, every seam on a
 multiple of the unit, so no transfer extent crosses a seam (pools.md §1.1, §5.2). The same
 module answers the question an operator has before touching a machine: under a given
-(possibly wrong) chunking, which pages would straddle a seam?
+(possibly wrong) chunking, which pages would straddle a seam? It answers from the page
+extents in closed form (pools/families.py), so the cost grows with buffers and seams, never
+with the page count: a plan of 10^12 pages takes as long as one of ten.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
 from kvreg.harness.pools import BufferSpec, PoolGeometry
-from kvreg.harness.pools.base import PageExtents
+from kvreg.harness.pools.base import ExtentFamily
+from kvreg.harness.pools.families import (
+    SeamHits,
+    extent_at,
+    max_extent_size,
+    straddling_in_buffer,
+)
 
 __all__ = ["ALGORITHMS", "BufferPlan", "ChunkPlan", "PlanError", "PoolPlan", "chunk_size",
            "plan_chunks", "plan_pool", "straddling"]
 
 GiB = 1 << 30
+FIRST_ROWS = 200   # straddling rows listed per buffer (the count is always exact)
 
 Algorithm = Literal["reference", "upstream", "byte-offset"]
 ALGORITHMS: tuple[Algorithm, ...] = ("reference", "upstream", "byte-offset")
@@ -77,7 +87,8 @@ class ChunkPlan:
     @property
     def seams(self) -> np.ndarray:
         """Offsets where one registration ends and the next begins."""
-        return np.array([off for off, _ in self.chunks[1:]], dtype=np.int64)
+        return np.fromiter((off for off, _ in self.chunks[1:]), dtype=np.int64,
+                           count=max(len(self.chunks) - 1, 0))
 
 
 def straddling(seams: np.ndarray, offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -98,25 +109,33 @@ class BufferPlan:
     spec: BufferSpec
     unit: int | None
     plan: ChunkPlan
-    straddles: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    # rows of the pool's PageExtents (global row numbers) that cross a seam of this buffer
+    # page-meta rows of the pool that cross a seam of this buffer: exact count, first rows
+    hits: SeamHits = field(default_factory=lambda: SeamHits(0, (), (), "arithmetic"))
     note: str = ""
 
-    def as_dict(self, extents: PageExtents | None = None, limit_rows: int = 20) -> dict[str, Any]:
+    @property
+    def straddles(self) -> np.ndarray:
+        """The first straddling rows (global page-meta row numbers), ascending."""
+        return np.array(self.hits.rows, dtype=np.int64)
+
+    @property
+    def straddle_count(self) -> int:
+        return self.hits.count
+
+    def as_dict(self, families: Sequence[ExtentFamily] | None = None,
+                limit_rows: int = 20) -> dict[str, Any]:
         rows = []
-        if extents is not None:
-            for r in self.straddles[:limit_rows]:
-                off, size = int(extents.offset[r]), int(extents.size[r])
-                seam = int(self.plan.seams[np.searchsorted(self.plan.seams, off, side="right")])
-                rows.append({"page": int(extents.page[r]), "offset": off, "size": size,
-                             "seam": seam})
+        if families is not None:
+            for r, seam in list(zip(self.hits.rows, self.hits.seams, strict=True))[:limit_rows]:
+                _, off, size, page = extent_at(families, r)
+                rows.append({"page": page, "offset": off, "size": size, "seam": seam})
         return {
             "buffer": self.spec.name, "nbytes": self.spec.nbytes,
             "upstream_granularity": self.spec.granularity, "copy_unit": self.spec.copy_unit,
             "unit": self.unit, "chunk": self.plan.chunks[0][1] if self.plan.chunks else None,
             "calls": self.plan.calls, "largest": self.plan.largest,
             "seams": [int(s) for s in self.plan.seams[:limit_rows]],
-            "straddling_extents": len(self.straddles), "first_straddles": rows,
+            "straddling_extents": self.hits.count, "first_straddles": rows,
             "note": self.note,
         }
 
@@ -129,7 +148,7 @@ class PoolPlan:
     algorithm: Algorithm
     limit: int
     buffers: list[BufferPlan]
-    extents: PageExtents | None
+    families: tuple[ExtentFamily, ...] | None   # the page extents in closed form
 
     @property
     def calls(self) -> int:
@@ -141,7 +160,7 @@ class PoolPlan:
 
     @property
     def straddling_count(self) -> int:
-        return sum(len(b.straddles) for b in self.buffers)
+        return sum(b.hits.count for b in self.buffers)
 
     def over_ceiling(self, ceiling: int | None) -> int:
         """Calls at or above a per-call ceiling (512 GiB on R580+: cuda-runtime.md §2.2)."""
@@ -154,11 +173,11 @@ class PoolPlan:
             "pool_type": self.geometry.pool_type, "layout": self.geometry.layout,
             "algorithm": self.algorithm, "chunk_limit": self.limit, "calls": self.calls,
             "largest": self.largest, "straddling_extents": self.straddling_count,
-            "buffers": [b.as_dict(self.extents, limit_rows) for b in self.buffers],
+            "buffers": [b.as_dict(self.families, limit_rows) for b in self.buffers],
         }
 
 
-def reference_unit(spec: BufferSpec, limit: int, extents: PageExtents | None,
+def reference_unit(spec: BufferSpec, limit: int, families: Sequence[ExtentFamily] | None,
                    index: int) -> tuple[int, str]:
     """The seam unit kvreg's reference uses for a buffer, and why.
 
@@ -168,14 +187,11 @@ def reference_unit(spec: BufferSpec, limit: int, extents: PageExtents | None,
     """
     if spec.copy_unit <= limit:
         return spec.copy_unit, ""
-    if extents is not None and len(extents):
-        sizes = extents.size[extents.buffer == index]
-        if len(sizes):
-            unit = int(np.max(sizes))
-            if unit <= limit and spec.copy_unit % unit == 0:
-                return unit, (f"copy unit {spec.copy_unit} exceeds the limit; seams fall on page "
-                              f"rows of {unit} bytes, so direct-copy runs that cross a page "
-                              "may cross a seam")
+    unit = max_extent_size(families, index) if families is not None else None
+    if unit is not None and unit <= limit and spec.copy_unit % unit == 0:
+        return unit, (f"copy unit {spec.copy_unit} exceeds the limit; seams fall on page "
+                      f"rows of {unit} bytes, so direct-copy runs that cross a page "
+                      "may cross a seam")
     raise PlanError(f"buffer {spec.name}: no seam unit fits the chunk limit {limit} "
                     f"(copy unit {spec.copy_unit})")
 
@@ -190,7 +206,7 @@ def plan_pool(geometry: PoolGeometry, limit: int,
     """
     if algorithm not in ALGORITHMS:
         raise PlanError(f"unknown algorithm {algorithm!r}; known: {', '.join(ALGORITHMS)}")
-    extents = geometry.page_extents() if geometry.has_page_meta else None
+    families = geometry.extent_families() if geometry.has_page_meta else None
     plans: list[BufferPlan] = []
     for i, spec in enumerate(geometry.buffers()):
         if not spec.cuda_registered:
@@ -198,7 +214,7 @@ def plan_pool(geometry: PoolGeometry, limit: int,
         note = ""
         if algorithm == "reference":
             unit: int | None
-            unit, note = reference_unit(spec, limit, extents, i)
+            unit, note = reference_unit(spec, limit, families, i)
             chunks = plan_chunks(spec.nbytes, limit, unit)
         elif algorithm == "upstream":
             unit = spec.granularity
@@ -212,9 +228,7 @@ def plan_pool(geometry: PoolGeometry, limit: int,
             chunks = plan_chunks(spec.nbytes, limit, None)
         plan = ChunkPlan(spec.nbytes, limit, unit, tuple(chunks))
         bp = BufferPlan(i, spec, unit, plan, note=note)
-        if extents is not None:
-            rows = np.nonzero(extents.buffer == i)[0]
-            hit = straddling(plan.seams, extents.offset[rows], extents.size[rows])
-            bp.straddles = rows[hit]
+        if families is not None:
+            bp.hits = straddling_in_buffer(families, i, plan.seams, first=FIRST_ROWS)
         plans.append(bp)
-    return PoolPlan(geometry, algorithm, limit, plans, extents)
+    return PoolPlan(geometry, algorithm, limit, plans, families)

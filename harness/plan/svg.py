@@ -1,24 +1,32 @@
-"""Draw a chunk plan as SVG: the buffer to scale, its seams, and every straddling page.
+"""Draw chunk plans as SVG: each buffer to scale with its seams, and zooms on the pages at a seam.
 
-People should see an alignment bug, not read about it: each buffer is a bar with its
-regions (K/V halves, per-layer slabs), chunk seams as dark lines and pages that cross a
-seam in red, followed by zoomed views of the pages around the worst seams.
+People should see an alignment bug, not read about it. Every requested algorithm gets a panel,
+side by side: each buffer is a bar with its regions (K/V halves, per-layer slabs), chunk seams
+as dark lines (labelled with their offsets), the chunk size, and the pages that cross a seam in
+red; below, zoomed views of the pages around the first seams that cut a page (or the first
+seams, when none does). The drawing costs seams and zooms, never pages: pages come from the
+closed-form extent families, and seam lines and red marks are capped, with a note saying so.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from xml.sax.saxutils import escape
 
 import numpy as np
 
-from .chunking import BufferPlan, PoolPlan
+from kvreg.harness.plan.chunking import BufferPlan, PoolPlan
+from kvreg.harness.pools.base import ExtentFamily
+from kvreg.harness.pools.families import extent_at, touching_pages
 
 __all__ = ["render_svg"]
 
-WIDTH = 1000
+PANEL_W = 760
 MARGIN = 20
 BAR_H = 28
 ZOOM_H = 40
+MAX_SEAM_LINES = 400     # per bar; above it every k-th seam is drawn and a note says so
+MAX_MARKS = 200          # straddling page marks per bar (the count is exact)
 REGION_COLOURS = ("#cfe3f7", "#d9f0d3", "#f6e3c6", "#e6d6f0")
 OK_PAGE, BAD_PAGE, SEAM = "#9ec5e8", "#d7301f", "#222222"
 
@@ -31,9 +39,10 @@ def _fmt_bytes(n: int) -> str:
 
 
 def _text(x: float, y: float, s: str, size: int = 11, anchor: str = "start",
-          colour: str = "#111") -> str:
+          colour: str = "#111", cls: str = "") -> str:
+    extra = f' class="{cls}"' if cls else ""
     return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" font-family="monospace" '
-            f'text-anchor="{anchor}" fill="{colour}">{escape(s)}</text>')
+            f'text-anchor="{anchor}" fill="{colour}"{extra}>{escape(s)}</text>')
 
 
 def _rect(x: float, y: float, w: float, h: float, fill: str, cls: str = "",
@@ -45,95 +54,164 @@ def _rect(x: float, y: float, w: float, h: float, fill: str, cls: str = "",
     return f"<rect {attrs}/>"
 
 
-def _buffer_bar(plan: PoolPlan, bp: BufferPlan, y: float) -> list[str]:
+def _seam_line(x: float, y0: float, y1: float, width: float, title: str) -> str:
+    return (f'<line class="seam" x1="{x:.2f}" y1="{y0:.1f}" x2="{x:.2f}" y2="{y1:.1f}" '
+            f'stroke="{SEAM}" stroke-width="{width}"><title>{escape(title)}</title></line>')
+
+
+def _buffer_bar(plan: PoolPlan, bp: BufferPlan, x0: float, y: float) -> list[str]:
     spec = bp.spec
+    width = PANEL_W - 2 * MARGIN
     total = max(spec.nbytes, 1)
-    scale = (WIDTH - 2 * MARGIN) / total
-    out = [_text(MARGIN, y - 6, f"{spec.name}: {_fmt_bytes(spec.nbytes)}, {bp.plan.calls} "
-                 f"call(s), unit {bp.unit if bp.unit is not None else 'none'}, "
-                 f"{len(bp.straddles)} straddling page extent(s)", 12)]
+    scale = width / total
+    chunk = bp.plan.chunks[0][1] if bp.plan.chunks else 0
+    out = [_text(x0, y - 20, f"{spec.name}: {_fmt_bytes(spec.nbytes)}, {bp.plan.calls} call(s) "
+                 f"of {_fmt_bytes(chunk)}", 12),
+           _text(x0, y - 6, f"unit {_fmt_bytes(bp.unit) if bp.unit is not None else 'none'}, "
+                 f"{bp.straddle_count} straddling page extent(s)", 11,
+                 colour=BAD_PAGE if bp.straddle_count else "#111")]
     for i, region in enumerate(spec.regions):
-        x = MARGIN + region.offset * scale
+        x = x0 + region.offset * scale
         out.append(_rect(x, y, region.nbytes * scale, BAR_H,
                          REGION_COLOURS[i % len(REGION_COLOURS)], "region", region.name))
         if region.nbytes * scale > 60:
             out.append(_text(x + 3, y + BAR_H - 8, region.name, 10))
-    ext = plan.extents
-    if ext is not None:
-        for r in bp.straddles[:2000]:
-            x = MARGIN + int(ext.offset[r]) * scale
-            out.append(_rect(x, y - 2, max(int(ext.size[r]) * scale, 2.0), BAR_H + 4, BAD_PAGE,
-                             "straddle", f"page {int(ext.page[r])}"))
-    for seam in bp.plan.seams[:5000]:
-        x = MARGIN + int(seam) * scale
-        out.append(f'<line class="seam" x1="{x:.2f}" y1="{y - 4:.1f}" x2="{x:.2f}" '
-                   f'y2="{y + BAR_H + 4:.1f}" stroke="{SEAM}" stroke-width="1.5"/>')
+    if plan.families is not None:
+        for r in bp.hits.rows[:MAX_MARKS]:
+            _, off, size, page = extent_at(plan.families, r)
+            out.append(_rect(x0 + off * scale, y - 2, max(size * scale, 2.0), BAR_H + 4,
+                             BAD_PAGE, "straddle", f"page {page} at {_fmt_bytes(off)}"))
+    seams = bp.plan.seams
+    step = max(1, -(-len(seams) // MAX_SEAM_LINES))
+    for seam in seams[::step]:
+        out.append(_seam_line(x0 + int(seam) * scale, y - 4, y + BAR_H + 4, 1.5,
+                              f"seam at {int(seam)} ({_fmt_bytes(int(seam))})"))
+    notes = []
+    if len(seams):
+        labelled = ", ".join(_fmt_bytes(int(s)) for s in seams[:3])
+        notes.append(f"seams at {labelled}{', ...' if len(seams) > 3 else ''}")
+    if step > 1:
+        notes.append(f"every {step}th of {len(seams)} seams drawn")
+    if bp.straddle_count > MAX_MARKS:
+        notes.append(f"first {MAX_MARKS} of {bp.straddle_count} straddling pages marked")
+    if bp.note:
+        notes.append(bp.note)
+    for k, note in enumerate(notes):
+        out.append(_text(x0, y + BAR_H + 16 + 13 * k, note, 10, cls="note"))
     return out
 
 
-def _zoom(plan: PoolPlan, bp: BufferPlan, seam: int, y: float, title: str) -> list[str]:
-    ext = plan.extents
-    assert ext is not None
-    rows = np.nonzero(ext.buffer == bp.index)[0]
-    offs, sizes = ext.offset[rows], ext.size[rows]
-    near = np.argsort(np.abs(offs - seam))[:8]
-    near = near[np.argsort(offs[near])]
-    if not len(near):
+def _near(families: Sequence[ExtentFamily], buffer: int, seam: int
+          ) -> list[tuple[int, int, int]]:
+    """(offset, size, page) of up to 8 page extents of ``buffer`` nearest ``seam``."""
+    cands: list[tuple[int, int, int]] = []
+    edge = np.array([seam], dtype=np.int64)
+    for f in families:
+        if f.buffer != buffer or not f.count or not f.base <= seam <= f.span_end:
+            continue
+        pages = touching_pages(f, edge)
+        lo, hi = int(pages.min()), int(pages.max())
+        for p in range(max(lo - 3, 0), min(hi + 3, f.count - 1) + 1):
+            cands.append((f.offset(p), f.size, p))
+    cands.sort(key=lambda c: abs(c[0] - seam))
+    return sorted(set(cands[:8]))
+
+
+def _zoom(plan: PoolPlan, bp: BufferPlan, seam: int, x0: float, y: float,
+          title: str) -> list[str]:
+    assert plan.families is not None
+    near = _near(plan.families, bp.index, seam)
+    if not near:
         return []
-    lo = int(offs[near].min())
-    hi = int((offs[near] + sizes[near]).max())
-    lo, hi = min(lo, seam), max(hi, seam + 1)
-    scale = (WIDTH - 2 * MARGIN) / max(hi - lo, 1)
-    out = [_text(MARGIN, y - 6, title, 11)]
-    bad = set(int(r) for r in bp.straddles)
-    for j in near:
-        r = int(rows[j])
-        x = MARGIN + (int(offs[j]) - lo) * scale
-        colour = BAD_PAGE if r in bad else OK_PAGE
-        out.append(_rect(x, y, int(sizes[j]) * scale - 1, ZOOM_H, colour, "zoom-page",
-                         f"page {int(ext.page[r])}"))
-        if int(sizes[j]) * scale > 50:
-            out.append(_text(x + 3, y + ZOOM_H / 2 + 4, f"page {int(ext.page[r])}", 10,
-                             colour="#fff" if r in bad else "#111"))
-    x = MARGIN + (seam - lo) * scale
-    out.append(f'<line class="seam" x1="{x:.2f}" y1="{y - 4:.1f}" x2="{x:.2f}" '
-               f'y2="{y + ZOOM_H + 4:.1f}" stroke="{SEAM}" stroke-width="2"/>')
-    out.append(_text(x, y + ZOOM_H + 16, f"seam at {seam:#x}", 10, "middle"))
+    lo = min(min(o for o, _, _ in near), seam)
+    hi = max(max(o + s for o, s, _ in near), seam + 1)
+    scale = (PANEL_W - 2 * MARGIN) / max(hi - lo, 1)
+    out = [_text(x0, y - 6, title, 11)]
+    for off, size, page in near:
+        x = x0 + (off - lo) * scale
+        bad = off < seam < off + size
+        colour = BAD_PAGE if bad else OK_PAGE
+        out.append(_rect(x, y, size * scale - 1, ZOOM_H, colour, "zoom-page",
+                         f"page {page}: [{off}, {off + size})"))
+        if size * scale > 50:
+            out.append(_text(x + 3, y + ZOOM_H / 2 + 4, f"page {page}", 10,
+                             colour="#fff" if bad else "#111"))
+    x = x0 + (seam - lo) * scale
+    out.append(_seam_line(x, y - 4, y + ZOOM_H + 4, 2, f"seam at {seam}"))
+    out.append(_text(x, y + ZOOM_H + 16, f"seam at {seam} ({_fmt_bytes(seam)})", 10, "middle"))
     return out
 
 
-def render_svg(plan: PoolPlan, *, max_zooms: int = 4) -> str:
-    """The SVG document for one pool plan."""
-    g = plan.geometry
-    body: list[str] = []
-    y = 50.0
+def _zoom_targets(plan: PoolPlan) -> list[tuple[BufferPlan, int, bool]]:
+    """(buffer, seam, cuts a page) in order: seams that cut a page first, then clean seams."""
+    bad: list[tuple[BufferPlan, int, bool]] = []
+    clean: list[tuple[BufferPlan, int, bool]] = []
     for bp in plan.buffers:
-        body += _buffer_bar(plan, bp, y)
-        y += BAR_H + 40
-    zooms: list[tuple[BufferPlan, int]] = []
-    if plan.extents is not None:
-        for bp in plan.buffers:
-            seams = bp.plan.seams
-            if len(bp.straddles):
-                ext_off = plan.extents.offset[bp.straddles]
-                idx = np.searchsorted(seams, ext_off, side="right")
-                chosen = sorted({int(seams[min(i, len(seams) - 1)]) for i in idx})
-            else:
-                chosen = [int(s) for s in seams]
-            zooms += [(bp, s) for s in chosen]
-    for bp, seam in zooms[:max_zooms]:
-        straddle = any(
-            plan.extents is not None and int(plan.extents.offset[r]) < seam
-            < int(plan.extents.offset[r] + plan.extents.size[r]) for r in bp.straddles[:5000])
-        body += _zoom(plan, bp, seam, y + 10,
-                      f"zoom: {bp.spec.name} around seam {seam:#x}"
-                      + (" - a page crosses it" if straddle else " - pages meet it cleanly"))
-        y += ZOOM_H + 50
-    title = (f"kvreg plan: {g.pool_type} {g.layout}, algorithm {plan.algorithm}, chunk limit "
-             f"{_fmt_bytes(plan.limit)}: {plan.calls} call(s), {plan.straddling_count} "
-             "straddling page extent(s)")
-    height = int(y + 20)
-    head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
-            f'viewBox="0 0 {WIDTH} {height}">')
+        cut = sorted(set(bp.hits.seams))
+        bad += [(bp, s, True) for s in cut]
+        clean += [(bp, int(s), False) for s in bp.plan.seams[:4] if int(s) not in cut]
+    return bad + clean if bad else clean
+
+
+def _panel(plan: PoolPlan, x0: float, max_zooms: int) -> tuple[list[str], float]:
+    body = [_text(x0, 44, f"{plan.algorithm}: {plan.calls} call(s), largest "
+                  f"{_fmt_bytes(plan.largest)}, {plan.straddling_count} straddling page "
+                  "extent(s)", 12, colour=BAD_PAGE if plan.straddling_count else "#111")]
+    y = 90.0
+    for bp in plan.buffers:
+        body += _buffer_bar(plan, bp, x0, y)
+        y += BAR_H + 80
+    if plan.families is not None:
+        targets = _zoom_targets(plan)
+        for bp, seam, cuts in targets[:max_zooms]:
+            body += _zoom(plan, bp, seam, x0, y + 10,
+                          f"zoom: {bp.spec.name} around seam {_fmt_bytes(seam)}"
+                          + (" - a page crosses it" if cuts else " - pages meet it cleanly"))
+            y += ZOOM_H + 50
+        if len(targets) > max_zooms:
+            more = len(targets) - max_zooms
+            body.append(_text(x0, y + 4, f"{more} more seam(s) not zoomed"
+                              + (" (seams that cut a page come first)" if targets[0][2]
+                                 else ""), 10, cls="note"))
+            y += 20
+    return body, y
+
+
+def _legend(y: float) -> list[str]:
+    items = [(REGION_COLOURS[0], "buffer region (K/V half, layer slab)"),
+             (BAD_PAGE, "page extent that crosses a seam"),
+             (OK_PAGE, "page extent inside one chunk (zooms)")]
+    out = []
+    x = MARGIN
+    for colour, label in items:
+        out.append(_rect(x, y - 10, 12, 12, colour, "legend"))
+        out.append(_text(x + 16, y, label, 10))
+        x += 28 + 7 * len(label)
+    out.append(f'<line class="legend" x1="{x:.1f}" y1="{y - 10:.1f}" x2="{x:.1f}" '
+               f'y2="{y + 2:.1f}" stroke="{SEAM}" stroke-width="2"/>')
+    out.append(_text(x + 6, y, "chunk seam", 10))
+    return out
+
+
+def render_svg(plans: PoolPlan | Sequence[PoolPlan], *, max_zooms: int = 4) -> str:
+    """The SVG document: one panel per plan (algorithm), side by side, and a legend."""
+    group = [plans] if isinstance(plans, PoolPlan) else list(plans)
+    if not group:
+        raise ValueError("render_svg needs at least one plan")
+    g = group[0].geometry
+    body: list[str] = []
+    height = 0.0
+    for i, plan in enumerate(group):
+        panel, y = _panel(plan, MARGIN + i * PANEL_W, max_zooms)
+        body += panel
+        height = max(height, y)
+    width = PANEL_W * len(group) + MARGIN
+    title = (f"kvreg plan: {g.pool_type} {g.layout}, {_fmt_bytes(g.total_nbytes)} in "
+             f"{g.page_count} pages, chunk limit {_fmt_bytes(group[0].limit)}")
+    height += 40
+    body += _legend(height - 12)
+    h = int(height)
+    head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" '
+            f'viewBox="0 0 {width} {h}">')
     return "\n".join([head, '<rect width="100%" height="100%" fill="#ffffff"/>',
-                      _text(MARGIN, 24, title, 13), *body, "</svg>"]) + "\n"
+                      _text(MARGIN, 20, title, 13), *body, "</svg>"]) + "\n"

@@ -1,4 +1,4 @@
-"""Page extents as arithmetic progressions, so seam questions cost O(families x seams), not O(pages).
+"""Page extents as arithmetic progressions: seam questions cost O(families x seams), not O(pages).
 
 Every pointer slot of a pool's page meta is one progression: row ``row_start + p * row_step`` of
 ``page_extents()`` is ``[base + p * stride, base + p * stride + size)`` in buffer ``buffer``, for

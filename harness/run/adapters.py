@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,8 @@ from typing import Any
 from kvreg.harness.cuda import reference
 from kvreg.harness.mooncake import reference as mooncake_reference
 from kvreg.harness.plan.chunking import reference_unit
-from kvreg.harness.pools import BufferSpec, PageExtents
+from kvreg.harness.pools import BufferSpec
+from kvreg.harness.pools.base import ExtentFamily
 
 __all__ = ["STYLES", "Implementation", "ImplementationError", "load_callable",
            "make_implementation"]
@@ -81,10 +82,10 @@ class Implementation:
     register_fn: Callable[..., Any] | None = None
     teardown_fn: Callable[..., Any] | None = None
 
-    def granularity(self, spec: BufferSpec, limit: int, extents: PageExtents | None,
-                    index: int) -> int | None:
+    def granularity(self, spec: BufferSpec, limit: int,
+                    families: Sequence[ExtentFamily] | None, index: int) -> int | None:
         if self.style == "reference" or (self.style == "generic" and spec.granularity is None):
-            return reference_unit(spec, limit, extents, index)[0]
+            return reference_unit(spec, limit, families, index)[0]
         return spec.granularity
 
     def register(self, cudart: Any, buffer: Any, spec: BufferSpec, granularity: int | None,

@@ -65,6 +65,10 @@ def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False
     result.violations = world.judge()
     result.verdict = "fail" if result.violations else "pass"
     result.calls = world.calls()
+    # optional on a world: how its copy step covered the pool's pages (pages copied, total,
+    # how the rest were proven), reported as the result's ``copy``
+    coverage = getattr(world, "copy_coverage", None)
+    result.copy = coverage() if callable(coverage) else None
     result.seconds = time.perf_counter() - start
     if keep_trace or result.violations:
         result.trace_text = world.trace_text(200)

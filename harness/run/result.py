@@ -39,11 +39,14 @@ class ScenarioResult:
     calls: int = 0
     seconds: float = 0.0
     trace_text: str = ""
+    # how the copy step covered the pages: {"pages_copied", "pages_total", "method"}
+    copy: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "pool": self.pool, "verdict": self.verdict,
                 "violations": [v.as_dict() for v in self.violations],
-                **({"reason": self.reason} if self.reason else {})}
+                **({"reason": self.reason} if self.reason else {}),
+                **({"copy": self.copy} if self.copy is not None else {})}
 
     @property
     def first_violation(self) -> str:

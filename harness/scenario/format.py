@@ -25,6 +25,7 @@ from kvreg.harness.pools import (
     make_geometry,
 )
 from kvreg.harness.run.targets import TARGETS, get_target
+from kvreg.harness.scenario.size_limits import REAL_LIMIT, real_memory_problem, size_problem
 
 __all__ = ["EXERCISES", "EXPECTATIONS", "FORMAT_VERSION", "Scenario", "ScenarioError",
            "bundled_root", "discover", "load_file", "load_paths"]
@@ -240,9 +241,15 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
         elif "page_num" not in params and pool_type != "group":
             ctx.fail("pages", "pages or total_gib (the pool's size)", None)
             return None
-        make_geometry(pool_type, **params)
+        geometry = make_geometry(pool_type, **params)
     except GeometryError as exc:
         ctx.fail("pool", f"a possible geometry ({exc})", None)
+        return None
+    too_big = size_problem(geometry)
+    if too_big is None and memory == "real":
+        too_big = real_memory_problem(geometry, REAL_LIMIT)
+    if too_big is not None:
+        ctx.fail("pool", f"a pool this machine can hold ({too_big})", None)
         return None
     return Scenario(id=f"{rel}/{name}", file=ctx.file, name=name, guards=str(guards).strip(),
                     pool_type=pool_type, params=params, memory=str(memory), chunk_limit=limit,

@@ -142,7 +142,7 @@ def test_one_token_pages_at_four_tib_cost_seams_not_pages() -> None:
     hits = straddling_in_buffer(fams, 0, seams)
     assert hits.method == "arithmetic"
     assert hits.count == len(seams)
-    b, off, size, page = extent_at(fams, hits.rows[0])
+    _, off, size, _ = extent_at(fams, hits.rows[0])
     assert off < hits.seams[0] < off + size
 
 

@@ -9,13 +9,15 @@ unit, on byte offsets, off by one byte, or with a chunk left unregistered (pools
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvreg.fakes import FakeCuda
-from kvreg.harness.buffers import allocate
-from kvreg.harness.copy_selection import (
+from kvreg.harness.cuda.buffers import allocate
+from kvreg.harness.cuda.copy_selection import (
     EDGES_AND_SAMPLE,
     EVERY_PAGE,
     buffer_edges,
@@ -45,11 +47,11 @@ def registered_pool(draw: st.DrawFn) -> tuple[PoolGeometry, list[list[tuple[int,
         elif kind == "off-by-one":
             step = spec.copy_unit * draw(st.integers(1, 8))
             cuts = sorted({0, n, *(c + draw(st.sampled_from([-1, 1]))
-                                   for c in range(step, n, step) if 0 < c - 1 and c + 1 < n)})
+                                   for c in range(step, n, step) if c - 1 > 0 and c + 1 < n)})
         else:
             step = draw(st.integers(max(1, n // 40), max(1, n)))
             cuts = [*range(0, n, step), n]
-        chunks = [(a, b - a) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+        chunks = [(a, b - a) for a, b in pairwise(cuts) if b > a]
         if kind == "hole" and len(chunks) > 1:
             chunks.pop(draw(st.integers(0, len(chunks) - 1)))
         plans.append(chunks)

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from kvreg.harness.adapters import Implementation
-from kvreg.harness.chunking import ALGORITHMS, plan_pool
 from kvreg.harness.cli import main
-from kvreg.harness.plan_svg import render_svg
+from kvreg.harness.plan.chunking import ALGORITHMS, plan_pool
+from kvreg.harness.plan.svg import render_svg
 from kvreg.harness.pools import MHAGeometry, make_geometry
+from kvreg.harness.run.adapters import Implementation
 from kvreg.harness.runner import run_scenario
 from kvreg.harness.scenario import ScenarioError, load_file
-from kvreg.harness.size_limits import ADDRESS_LIMIT, size_problem
+from kvreg.harness.scenario.size_limits import ADDRESS_LIMIT, size_problem
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 POOL = '''format = 1

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from .pools import PoolGeometry
-from .pools.base import ExtentFamily, Int64Array
-from .pools.families import row_count, touching_pages
+from kvreg.harness.pools import PoolGeometry
+from kvreg.harness.pools.base import ExtentFamily, Int64Array
+from kvreg.harness.pools.families import row_count, touching_pages
 
 __all__ = ["BATCH", "COPY_ALL_BELOW", "SAMPLE", "CopyOutcome", "CopySelection", "buffer_edges",
            "copy_selected", "select_copies"]

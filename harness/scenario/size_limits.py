@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import os
 
-from .pools import PoolGeometry
+from kvreg.harness.pools import PoolGeometry
 
-__all__ = ["ADDRESS_LIMIT", "FOUR_LEVEL_LIMIT", "INDEX_LIMIT", "format_bytes", "machine_ram",
-           "real_memory_problem", "size_problem"]
+__all__ = ["ADDRESS_LIMIT", "FOUR_LEVEL_LIMIT", "INDEX_LIMIT", "REAL_LIMIT", "format_bytes",
+           "machine_ram", "real_memory_problem", "size_problem"]
 
 FOUR_LEVEL_LIMIT = 1 << 47    # 128 TiB: x86-64 4-level paging, arm64 48-bit VA
 ADDRESS_LIMIT = 1 << 57       # 128 PiB: x86-64 5-level paging (LA57), the largest user space
 INDEX_LIMIT = 1 << 63         # int64 page / token indices
+REAL_LIMIT = 256 << 20        # memory = "real" above this is refused: a run must not eat the RAM
 
 
 def format_bytes(n: int) -> str:
@@ -52,7 +53,7 @@ def machine_ram() -> int | None:
         return None
 
 
-def real_memory_problem(geometry: PoolGeometry, cap: int) -> str | None:
+def real_memory_problem(geometry: PoolGeometry, cap: int = REAL_LIMIT) -> str | None:
     """Why ``memory = "real"`` cannot hold this pool here (above ``cap`` or the RAM), or None."""
     total = geometry.total_nbytes
     ram = machine_ram()
