@@ -2,7 +2,8 @@
 
 1. cudaHostRegister + cudaHostUnregister with full semantics (validation, overlap check,
    recorder, fault-plan check, torch-face enum) at 100 000 live registrations, against a
-   bare recording fake that only appends to a list: target <= 3x.
+   bare recording fake that only appends to a list (target <= 3x) and against
+   ``unittest.mock.MagicMock``, what FastDeploy's tests stand in for cudart with.
 2. Batch-copy validation: target >= 5 M descriptors/s, vectorised.
 Figures are reported, never asserted (2-core machines are noisy).
 """
@@ -10,6 +11,7 @@ Figures are reported, never asserted (2-core machines are noisy).
 from __future__ import annotations
 
 from typing import Any
+from unittest.mock import MagicMock
 
 import numpy as np
 import pytest
@@ -61,6 +63,22 @@ def test_register_unregister_bare(benchmark: Any, record_median: Any) -> None:
 
     benchmark(cycle)
     record_median("register_unregister_bare")
+
+
+def test_register_unregister_magicmock(benchmark: Any, record_median: Any) -> None:
+    cudart = MagicMock()
+    cudart.cudaHostRegister.return_value = 0
+    cudart.cudaHostUnregister.return_value = 0
+    ptr = 1 << 40
+
+    def cycle() -> None:
+        cudart.cudaHostRegister(ptr, STEP, 0)
+        cudart.cudaHostUnregister(ptr)
+        if cudart.cudaHostRegister.call_count > 100_000:
+            cudart.reset_mock()
+
+    benchmark(cycle)
+    record_median("register_unregister_magicmock")
 
 
 @pytest.mark.parametrize("where", ["middle", "tail"])
