@@ -20,8 +20,10 @@ import numpy as np
 
 from . import errors as E
 from .cuda_runtime import FakeRuntime
+from .symbols import HOST_ONLY_HELPERS, public_names, real_module, snapshot_names
 
-__all__ = ["OUTPUTS", "CudaBindingsFace", "NotModelledError", "bindings_module"]
+__all__ = ["OUTPUTS", "CudaBindingsFace", "NotModelledError", "bindings_module",
+           "not_modelled_stub"]
 
 
 class NotModelledError(NotImplementedError):
@@ -29,13 +31,26 @@ class NotModelledError(NotImplementedError):
 
 
 def bindings_module() -> types.ModuleType | None:
-    """The real ``cuda.bindings.runtime`` if installed (imported lazily, never at load)."""
-    try:
-        from cuda.bindings import runtime
-    except ImportError:
-        return None
-    module: types.ModuleType = runtime
-    return module
+    """The real ``cuda.bindings.runtime`` if installed, whatever is patched in its place."""
+    return real_module("runtime")
+
+
+def not_modelled_stub(module: str, name: str, *, reason: str = "") -> Any:
+    """A callable standing for a real API the fake does not model: calling it raises.
+
+    ``hasattr`` and ``dir()`` then answer as on the real module (feature probes see the
+    name), while a call never returns success silently.
+    """
+    message = reason or (f"{module}.{name} is not modelled by kvreg's fake CUDA runtime; "
+                         "see COVERAGE.md for what is modelled")
+
+    def stub(*args: Any, **kwargs: Any) -> Any:
+        raise NotModelledError(message)
+
+    stub.__name__ = stub.__qualname__ = name
+    stub.__doc__ = f"Not modelled: {message}"
+    stub._kvreg_not_modelled = True  # type: ignore[attr-defined]
+    return stub
 
 
 # number of output slots after the error, per API (spec §9 return convention)
@@ -214,6 +229,8 @@ _TYPE_NAMES = ("cudaError_t", "cudaMemoryType", "cudaMemcpyKind", "cudaMemcpySrc
 
 class CudaBindingsFace(types.ModuleType):
     """What ``from cuda.bindings import runtime`` gives under the fake."""
+
+    _kvreg_fake_module = True
 
     cudaHostRegisterDefault = 0
     cudaHostRegisterPortable = 1
@@ -441,22 +458,37 @@ class CudaBindingsFace(types.ModuleType):
             convert(value)
 
     # -- everything else -----------------------------------------------------------------------
+    def __dir__(self) -> list[str]:
+        """The real module's public names, modelled or not (feature probes read ``dir()``)."""
+        return sorted(public_names("runtime") | {"__doc__", "__name__", "__spec__",
+                                                 "__loader__", "__package__"})
+
     def __getattr__(self, name: str) -> Any:
-        real = self.__dict__.get("_real")
         if name.startswith("__"):
             raise AttributeError(name)
+        real = self.__dict__.get("_real")
+        if name in HOST_ONLY_HELPERS:
+            # host-only helpers need no driver: the real binding's answer is the true one
+            helper = getattr(real, name, None) if real is not None else None
+            if helper is None:
+                helper = not_modelled_stub(
+                    _NAME, name, reason=f"{_NAME}.{name} is passed through to the real "
+                    "binding, and cuda-bindings is not installed")
+            self.__dict__[name] = helper
+            return helper
         if real is not None and hasattr(real, name):
             value = getattr(real, name)
-            if isinstance(value, int | float | str | bytes | type):
-                return value   # constants and types are safe to share
-            raise NotModelledError(
-                f"cuda.bindings.runtime.{name} is not modelled by kvreg's fake CUDA runtime; "
-                "see COVERAGE.md for what is modelled")
-        if real is None and name in _snapshot_names():
-            raise NotModelledError(
-                f"cuda.bindings.runtime.{name} is not modelled by kvreg's fake CUDA runtime; "
-                "see COVERAGE.md for what is modelled")
-        raise AttributeError(f"module 'cuda.bindings.runtime' has no attribute '{name}'")
+            if not callable(value) or isinstance(value, type) or \
+                    getattr(value, "__module__", "") == "typing":
+                return value   # constants, types and modules are safe to share
+        elif real is not None or snapshot_names("runtime").get(name) != "function":
+            raise AttributeError(f"module '{_NAME}' has no attribute '{name}'")
+        stub = not_modelled_stub(_NAME, name)
+        self.__dict__[name] = stub
+        return stub
+
+
+_NAME = "cuda.bindings.runtime"
 
 
 def _size(value: Any) -> int:
@@ -481,15 +513,3 @@ _ARG_CHECKS: dict[str, tuple[Any, ...]] = {
     "cudaMemcpyAsync": (_ptr, _ptr, _size, _int_like, _stream),
     "cudaSetDevice": (_int_like,), "cudaDeviceGetAttribute": (_int_like, _int_like),
 }
-
-_SNAPSHOT: frozenset[str] | None = None
-
-
-def _snapshot_names() -> frozenset[str]:
-    """The real module's function names (committed snapshot), for when it is not installed."""
-    global _SNAPSHOT
-    if _SNAPSHOT is None:
-        from .coverage import runtime_symbols
-
-        _SNAPSHOT = frozenset(runtime_symbols()[1])
-    return _SNAPSHOT

@@ -50,9 +50,12 @@ class PointerAttributes:
 class FakeRuntime:
     """A runtime instance bound to a driver; ``name`` says which library it stands for."""
 
-    def __init__(self, driver: FakeDriver, name: str = "runtime") -> None:
+    def __init__(self, driver: FakeDriver, name: str = "runtime",
+                 version: int | None = None) -> None:
         self.driver = driver
         self.name = name
+        # each instance reports the version of the library it stands for (spec §6, §9)
+        self.version = driver.profile.runtime_version if version is None else version
         self._tls = threading.local()
         self.last_copy_fault: CopyFault | None = None
         self._host_alloc_objects: dict[int, Any] = {}
@@ -91,7 +94,7 @@ class FakeRuntime:
 
     # -- versions and devices -------------------------------------------------------------
     def runtime_get_version(self) -> tuple[int, int]:
-        return 0, self.driver.profile.runtime_version  # succeeds even without a driver
+        return 0, self.version   # succeeds even without a driver (spec §2.2, §9)
 
     def driver_get_version(self) -> tuple[int, int]:
         return 0, self.driver.profile.driver_version   # 0 without a driver (spec §2.2)

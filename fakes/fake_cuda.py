@@ -54,7 +54,8 @@ class FakeCuda:
         self.faults = FaultPlan()
         # two runtime instances over one driver: torch's libcudart and cuda-bindings' (spec §6)
         self.torch_runtime = FakeRuntime(self.driver, "torch")
-        self.cuda_runtime = FakeRuntime(self.driver, "cuda-bindings")
+        self.cuda_runtime = FakeRuntime(self.driver, "cuda-bindings",
+                                        self.profile.bindings_runtime_version)
         self.torch: Any = Intercepted(
             TorchCudartFace(self.torch_runtime), face="torch", trace=self.trace,
             plan=self.faults, resolve=self._resolve,

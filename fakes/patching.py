@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from typing import Any
 
+from .symbols import remember_real
+
 __all__ = ["patch_attr", "patch_cuda_bindings", "patch_torch_cudart"]
 
 _MISSING = object()
@@ -95,6 +97,8 @@ def patch_cuda_bindings(face: Any, *, legacy: bool = False) -> Iterator[None]:
     Without cuda-bindings installed, stand-in ``cuda`` and ``cuda.bindings`` packages are put
     in ``sys.modules`` for the block. ``legacy=True`` also maps the 12.x ``cuda.cudart`` path.
     """
+    remember_real("runtime")   # resolved before the fake takes its place
+    remember_real("driver")
     with ExitStack() as stack:
         cuda_pkg: Any
         bindings_pkg: Any

@@ -32,7 +32,12 @@ class DeviceProfile:
     device_name: str = "NVIDIA H200"
     total_memory: int = 143_771_942_912
     driver_version: int = 13000
+    # Each runtime instance reports its own version (spec §6, §9): torch's bundled libcudart
+    # and the system libcudart (13.0 -> 13000, spec §2.2 [OBS-local]) ...
     runtime_version: int = 13000
+    # ... and the runtime cuda-bindings links statically: 13050 for cuda-bindings 13.5.0,
+    # 13040 for 13.4.4, 12090 for 12.9.x (spec §6, §9 [OBS-local])
+    bindings_runtime_version: int = 13050
     # spec §2.2: a single call of 512 GiB or more fails with 2 on R580+; None = no ceiling (575-)
     per_call_limit: int | None = PER_CALL_CEILING_R580
     # spec §2.1: cudaDevAttrHostRegisterSupported (99)
@@ -97,6 +102,7 @@ PROFILES: dict[str, DeviceProfile] = {
         total_memory=85_029_158_912,
         driver_version=12090,
         runtime_version=12090,
+        bindings_runtime_version=12090,
         per_call_limit=None,
         bindings_major=12,
     ),
@@ -105,6 +111,7 @@ PROFILES: dict[str, DeviceProfile] = {
         description="A 12.8+ runtime on a 12.2 driver: cudaMemcpyBatchAsync gives 36",
         driver_version=12020,
         runtime_version=12090,
+        bindings_runtime_version=12090,
         per_call_limit=None,
         bindings_major=12,
     ),

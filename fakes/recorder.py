@@ -121,20 +121,27 @@ def _cuda_code(result: Any) -> int | None:
 class Intercepted(types.ModuleType):
     """A module-like proxy: calls go through the fault plan and into the trace."""
 
+    _kvreg_fake_module = True
+
     def __init__(self, target: Any, *, face: Face, trace: Trace, plan: FaultPlan,
                  family: str = "cudart",
                  resolve: Callable[[int], tuple[str, int] | None] | None = None,
                  outputs: dict[str, int] | None = None,
-                 on_injected: Callable[[int], None] | None = None) -> None:
+                 on_injected: Callable[[int], None] | None = None,
+                 prefix: str = "cuda") -> None:
         super().__init__(getattr(target, "__name__", "intercepted"))
-        self.__dict__.update(
+        self.__dict__.update(_kvreg_prefix=prefix,
             _kvreg_target=target, _kvreg_face=face, _kvreg_trace=trace, _kvreg_plan=plan,
             _kvreg_family=family, _kvreg_resolve=resolve, _kvreg_outputs=outputs or {},
             _kvreg_on_injected=on_injected)
 
+    def __dir__(self) -> list[str]:
+        return dir(self._kvreg_target)
+
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._kvreg_target, name)
-        if not name.startswith("cuda") or isinstance(value, type) or not callable(value):
+        if not name.startswith(self._kvreg_prefix) or isinstance(value, type) or \
+                not callable(value) or getattr(value, "_kvreg_not_modelled", False):
             return value
         wrapped = self._wrap(name, value)
         self.__dict__[name] = wrapped   # cached: later lookups skip __getattr__

@@ -302,10 +302,14 @@ def profile_for(caps: Capabilities, base: DeviceProfile | None = None) -> Device
     if caps.device_count_code is not None:
         changes["env"] = _ENV_BY_CODE.get(caps.device_count_code, base.env)
         changes["device_count"] = caps.device_count
-    for name in ("device_name", "driver_version", "runtime_version", "bindings_major"):
+    for name in ("device_name", "driver_version", "bindings_major"):
         value = getattr(caps, name)
         if value is not None:
             changes[name] = value
+    if caps.runtime_version is not None:
+        # measured through cuda-python: the version of the runtime cuda-bindings links
+        # statically (spec §6), not torch's bundled one
+        changes["bindings_runtime_version"] = caps.runtime_version
     if caps.device_memory is not None:
         changes["total_memory"] = caps.device_memory
     for name in ("can_use_host_pointer_for_registered_mem", "host_register_supported",

@@ -84,12 +84,40 @@ def test_no_driver_device_count_is_35_none() -> None:
 
 
 def test_no_driver_versions() -> None:
-    # spec cuda-runtime.md §2.2 "cudaRuntimeGetVersion succeeds (13000). cudaDriverGetVersion
-    # succeeds with value 0" [OBS-local]; §9 "(0, 0)"
+    # spec cuda-runtime.md §2.2 "cudaRuntimeGetVersion succeeds ... cudaDriverGetVersion
+    # succeeds with value 0" [OBS-local]; §9 "(0, 0)"; §6/§9: cuda-bindings links its own
+    # static runtime and reports its own version: 13050 for cuda-bindings 13.5.0 [OBS-local]
     fake = FakeCuda("no-driver")
     err, version = fake.runtime.cudaRuntimeGetVersion()
-    assert int(err) == 0 and version == fake.profile.runtime_version > 0
+    assert int(err) == 0 and version == 13050
     assert fake.runtime.cudaDriverGetVersion() == (fake.runtime.cudaError_t.cudaSuccess, 0)
+
+
+@pytest.mark.parametrize(("profile", "bindings", "libcudart"),
+                         [("h200-r580", 13050, 13000), ("h100-r575", 12090, 12090)])
+def test_each_runtime_instance_reports_its_own_version(profile: str, bindings: int,
+                                                       libcudart: int) -> None:
+    # spec cuda-runtime.md §6: cuda-bindings' static runtime "reports 12090 or 13040,
+    # independent of the system libcudart 13.0" [OBS-local]; §9 (0, 12090) for 12.9.x;
+    # §2.2: libcudart 13.0 reports 13000 [OBS-local]. torch's bundled runtime is another
+    # instance with its own version.
+    fake = FakeCuda(profile)
+    assert fake.runtime.cudaRuntimeGetVersion()[1] == bindings
+    assert fake.torch_runtime.runtime_get_version() == (0, libcudart)
+    assert fake.cuda_runtime is not fake.torch_runtime
+
+
+def test_bindings_version_matches_the_installed_cuda_bindings() -> None:
+    # spec cuda-runtime.md §6/§9: the version is the installed binding's own; checked against
+    # the real module when cuda-bindings 13.5.0 is the one installed
+    real = pytest.importorskip("cuda.bindings.runtime", reason="cuda-bindings is not installed")
+    from importlib import metadata
+
+    if metadata.version("cuda-bindings") != "13.5.0":
+        pytest.skip(f"profile values are for cuda-bindings 13.5.0, installed "
+                    f"{metadata.version('cuda-bindings')}")
+    err, version = real.cudaRuntimeGetVersion()
+    assert int(err) == 0 and version == FakeCuda().runtime.cudaRuntimeGetVersion()[1] == 13050
 
 
 def test_no_gpu_driver_version_is_reported() -> None:

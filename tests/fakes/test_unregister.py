@@ -64,10 +64,13 @@ def test_null_follows_profile(code: int) -> None:
     assert len(fake.live_registrations()) == 1
 
 
-def test_default_null_code_is_profile_default() -> None:
-    # spec cuda-runtime.md §3 NULL row [UNC]: the default profile's choice is used
+def test_default_null_code_is_one_of_the_spec_answers() -> None:
+    # spec cuda-runtime.md §3 NULL row [UNC]: "InvalidValue or 713"; the default profile
+    # answers InvalidValue (1), and nothing is unregistered
     fake, rt, _ = _fake()
-    assert int(rt.cudaHostUnregister(0)[0]) == fake.profile.unregister_null_code
+    assert int(rt.cudaHostUnregister(0)[0]) == 1
+    assert int(rt.cudaGetLastError()[0]) == 1
+    assert len(fake.live_registrations()) == 1
 
 
 def test_host_alloc_pointer_gives_invalid_value() -> None:
