@@ -42,7 +42,7 @@ class BareRecordingFake:
 
 def _populated() -> tuple[FakeCuda, int]:
     fake = FakeCuda()
-    pool = fake.virtual(LIVE * STEP * 2, "uint8", name="pool")
+    pool = fake.virtual(LIVE * STEP * 2 + STEP, "uint8", name="pool")  # room for "tail"
     base = pool.data_ptr()
     rt = fake.torch
     for i in range(LIVE):

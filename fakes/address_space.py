@@ -193,6 +193,8 @@ class AddressSpace:
         self._bases: list[int] = []
         self._allocs: dict[int, Allocation] = {}
         self._objects: dict[int, Any] = {}  # keeps tracked real buffers alive
+        # bumped when an allocation is dropped, so cached "is mapped" answers can expire
+        self.generation = 0
 
     # -- virtual memory ---------------------------------------------------------------
     def reserve(self, nbytes: int, *, name: str = "", align: int = DEFAULT_ALIGN,
@@ -242,6 +244,7 @@ class AddressSpace:
     def forget(self, base: int) -> None:
         """Drop an allocation record (the fake never unregisters on free: spec §2.2)."""
         if self._allocs.pop(base, None) is not None:
+            self.generation += 1
             i = bisect.bisect_left(self._bases, base)
             del self._bases[i]
             self._objects.pop(base, None)

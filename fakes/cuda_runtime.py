@@ -18,17 +18,12 @@ from typing import Any
 import numpy as np
 
 from . import errors as E
-from .address_space import VIRTUAL_LIMIT
 from .copies import CopyFault, HostSide, classify_copy_sides
-from .cuda_driver import FakeDriver
+from .cuda_driver import FLAG_BITS, REGISTER_MAPPED, FakeDriver
 from .registry import Pinned
 
 __all__ = ["FLAG_BITS", "FakeRuntime", "PointerAttributes"]
 
-# cudaHostRegister flags (spec §2.1, driver_types.h 92-96) [DOC]
-REGISTER_DEFAULT, REGISTER_PORTABLE, REGISTER_MAPPED, REGISTER_IO_MEMORY, REGISTER_READ_ONLY = (
-    0, 1, 2, 4, 8)
-FLAG_BITS = 0xF
 # cudaHostAlloc flags [DOC]: Default 0, Portable 1, Mapped 2, WriteCombined 4
 HOST_ALLOC_FLAG_BITS = 0x7
 MEMTYPE_UNREGISTERED, MEMTYPE_HOST, MEMTYPE_DEVICE = 0, 1, 2
@@ -143,54 +138,19 @@ class FakeRuntime:
         driver = self.driver
         if driver.env_failing or driver.sticky_error:   # the hot path skips the method call
             return self._init_error()
-        p = driver.profile
-        if ptr == 0 or size == 0:                       # spec §2.2 rows size 0 / NULL -> 1
-            return self._fail(E.INVALID_VALUE)
-        if flags:
-            if flags & ~FLAG_BITS:                      # spec §2.1 invalid bits -> 1
-                return self._fail(E.INVALID_VALUE)
-            if flags & REGISTER_READ_ONLY and not p.read_only_supported:   # spec §2.1 -> 801
-                return self._fail(E.NOT_SUPPORTED)
-            if flags & REGISTER_IO_MEMORY and not p.io_memory_permitted:   # spec §2.1 -> 800
-                return self._fail(E.NOT_PERMITTED)
-        if not p.host_register_supported:               # spec §2.1 attribute 99
-            return self._fail(E.NOT_SUPPORTED)
-        if ptr + size > VIRTUAL_LIMIT:
-            # spec §2.2 rows "range not fully mapped" / "address inside CUDA's reserved VA"
-            # -> 1 [OBS-ext]: host memory of this simulated process ends at VIRTUAL_LIMIT
-            return self._fail(E.INVALID_VALUE)
-        if driver.has_device_memory and driver.device_owner(ptr) is not None:
-            return self._fail(E.INVALID_VALUE)          # spec §2.2 device memory -> 1
-        with driver.lock:
-            hit = driver.pinned.first_overlap(ptr, size, p.overlap_granularity)
-            if hit is not None:                         # spec §2.2 overlap -> 712
-                code = p.register_host_alloc_code if hit.kind == "host_alloc" else \
-                    E.HOST_MEMORY_ALREADY_REGISTERED
-                return self._fail(code)
-            if p.per_call_limit is not None and size >= p.per_call_limit:
-                return self._fail(E.MEMORY_ALLOCATION)  # spec §2.2: 512 GiB per call, R580+
-            seq = driver.seq = driver.seq + 1
-            dev = driver.current_device()
-            driver.pinned.add(Pinned(ptr, size, flags, "register", dev, seq,
-                                     driver.alias_for(ptr, size)))
-        return 0
+        code = driver.host_register(ptr, size, flags)
+        if code:
+            self._tls.last = code
+        return code
 
     def host_unregister(self, ptr: int) -> int:
         driver = self.driver
         if driver.env_failing or driver.sticky_error:
             return self._init_error()
-        with driver.lock:
-            entry = driver.pinned.get(ptr)
-            if entry is not None and entry.kind == "register":
-                driver.pinned.remove(ptr)               # spec §3: exact base -> 0
-                return 0
-            if ptr == 0:
-                return self._fail(driver.profile.unregister_null_code)   # spec §3 [UNC]
-            inner = entry or driver.pinned.containing(ptr)
-            if inner is not None:
-                # spec §3: interior pointer -> 1; cudaHostAlloc memory -> 1 [OBS-ext]
-                return self._fail(E.INVALID_VALUE)
-        return self._fail(E.HOST_MEMORY_NOT_REGISTERED)  # spec §3: unknown / twice -> 713
+        code = driver.host_unregister(ptr)
+        if code:
+            self._tls.last = code
+        return code
 
     # -- cudaHostAlloc / cudaMallocHost / cudaFreeHost ---------------------------------
     def host_alloc(self, size: int, flags: int = 0) -> tuple[int, int | None]:

@@ -40,6 +40,10 @@ class DeviceProfile:
     bindings_runtime_version: int = 13050
     # spec §2.2: a single call of 512 GiB or more fails with 2 on R580+; None = no ceiling (575-)
     per_call_limit: int | None = PER_CALL_CEILING_R580
+    # spec §2.2 "Address inside CUDA's reserved VA (for example MAP_FIXED at 0xff0000000)"
+    # -> 1 [OBS-ext] ucx #8827. The extent of the reservation is [UNC]: the default covers
+    # the documented example (8 GiB up to 64 GiB); the real-hardware tier can replace it.
+    reserved_va: tuple[tuple[int, int], ...] = ((0x2_0000_0000, 0x10_0000_0000),)
     # spec §2.1: cudaDevAttrHostRegisterSupported (99)
     host_register_supported: bool = True
     # spec §2.1: cudaDevAttrHostRegisterReadOnlySupported (113); without it ReadOnly -> 801.

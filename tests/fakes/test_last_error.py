@@ -161,6 +161,7 @@ def test_two_fakes_are_independent() -> None:
     # spec cuda-runtime.md §6: state belongs to one process; fakes are separate processes
     a, b = FakeCuda(), FakeCuda()
     base = a.virtual(MiB).data_ptr()
+    assert b.virtual(MiB).data_ptr() == base   # the same address, in another process
     a.runtime.cudaHostUnregister(base)
     assert _peek(b.runtime) == 0
     assert int(a.runtime.cudaHostRegister(base, MiB, 0)[0]) == 0

@@ -6,6 +6,8 @@ import gc
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvreg.fakes.fake_cuda import FakeCuda
 from kvreg.fakes.profile import PROFILES, DeviceProfile
@@ -322,3 +324,124 @@ def test_device_alias_is_not_host_memory() -> None:
     err, alias = rt.cudaHostGetDevicePointer(base, 0)
     assert int(err) == 0 and alias != base
     assert _code(rt.cudaHostRegister(alias, MiB, 0)) == 1
+
+
+# -- ranges that are not mapped memory (spec §2.2 [OBS-ext]) --------------------------------
+
+def test_virtual_buffer_registered_with_far_more_than_its_size_gives_invalid_value() -> None:
+    # spec cuda-runtime.md §2.2 "Range not fully mapped in the process (for example a size
+    # far beyond a small malloc)" -> 1 [OBS-ext] HIP test "invalid memory size"
+    fake = FakeCuda()
+    buf = fake.virtual(4096)
+    assert _code(fake.runtime.cudaHostRegister(buf.data_ptr(), GiB, 0)) == 1
+    assert _code(fake.torch.cudaHostRegister(buf.data_ptr(), GiB, 0)) == 1
+    assert _live(fake) == []
+    assert _code(fake.runtime.cudaGetLastError()) == 1
+
+
+def test_small_numpy_array_registered_with_a_gib_gives_invalid_value() -> None:
+    # spec cuda-runtime.md §2.2 "Range not fully mapped" -> 1 [OBS-ext]: real process memory,
+    # judged from /proc/self/maps
+    from kvreg.fakes.host_mapping import PROCESS_MAPS
+
+    if not PROCESS_MAPS.available:
+        pytest.skip("no /proc/self/maps on this platform: real ranges are taken as mapped")
+    fake = FakeCuda()
+    arr = np.zeros(4096, np.uint8)
+    assert _code(fake.runtime.cudaHostRegister(arr.ctypes.data, GiB, 0)) == 1
+    assert _live(fake) == []
+    # the array itself registers (spec §2.2 unaligned rows: NVIDIA's test_cudart registers a
+    # numpy buffer) and unregisters
+    assert _code(fake.runtime.cudaHostRegister(arr.ctypes.data, arr.nbytes, 0)) == 0
+    assert _code(fake.runtime.cudaHostUnregister(arr.ctypes.data)) == 0
+
+
+def test_reserved_va_example_gives_invalid_value() -> None:
+    # spec cuda-runtime.md §2.2 "Address inside CUDA's reserved VA (for example MAP_FIXED at
+    # 0xff0000000)" -> 1 [OBS-ext] openucx/ucx #8827
+    fake = FakeCuda()
+    assert _code(fake.runtime.cudaHostRegister(0xFF0000000, 4096, 0)) == 1
+    assert _code(fake.torch.cudaHostRegister(0xFF0000000, 4096, 0)) == 1
+    assert _live(fake) == []
+
+
+def test_reserved_va_fails_even_when_the_process_maps_it() -> None:
+    # the ucx report: the memory *is* mapped (MAP_FIXED) and registering still fails
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    map_fixed_noreplace = 0x100000
+    addr = libc.mmap(0xFF0000000, PAGE, mmap.PROT_READ | mmap.PROT_WRITE,
+                     mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | map_fixed_noreplace, -1, 0)
+    if addr != 0xFF0000000:
+        pytest.skip("could not map 0xff0000000 in this process")
+    try:
+        fake = FakeCuda()
+        assert _code(fake.runtime.cudaHostRegister(addr, PAGE, 0)) == 1
+        # with no reservation in the profile, the same mapping registers
+        open_fake = FakeCuda(PROFILES["h200-r580"].replace(reserved_va=()))
+        assert _code(open_fake.runtime.cudaHostRegister(addr, PAGE, 0)) == 0
+        assert _code(open_fake.runtime.cudaHostUnregister(addr)) == 0
+    finally:
+        libc.munmap(ctypes.c_void_p(addr), ctypes.c_size_t(PAGE))
+
+
+def test_new_mappings_are_found_after_the_cache_was_filled() -> None:
+    # /proc/self/maps is cached and re-read on a miss: memory mapped after the first read
+    # registers, and a hit costs no read
+    import mmap
+
+    from kvreg.fakes.host_mapping import ProcessMaps
+
+    maps = ProcessMaps()
+    if not maps.available:
+        pytest.skip("no /proc/self/maps on this platform")
+    maps.refresh()
+    block = mmap.mmap(-1, 16 * PAGE)
+    arr = np.frombuffer(block, np.uint8)
+    ptr = arr.ctypes.data
+    reads = maps.reads
+    assert maps.covers(ptr, 16 * PAGE)
+    assert maps.reads == reads + 1          # the miss re-read the file once
+    assert maps.covers(ptr + PAGE, PAGE)
+    assert maps.reads == reads + 1          # a hit reads nothing
+    assert not maps.covers(ptr, 1 << 46)    # far past every mapping
+    del arr
+    block.close()
+
+
+def test_range_spanning_the_gap_between_two_virtual_buffers_gives_invalid_value() -> None:
+    fake = FakeCuda()
+    a, b = fake.virtual(MiB), fake.virtual(MiB)
+    assert b.data_ptr() > a.data_ptr() + MiB
+    assert _code(fake.runtime.cudaHostRegister(a.data_ptr(),
+                                                b.data_ptr() + MiB - a.data_ptr(), 0)) == 1
+    assert _live(fake) == []
+
+
+def test_device_memory_is_not_host_memory() -> None:
+    # spec cuda-runtime.md §2.2 "Device memory (cudaMalloc pointer)" -> 1 [OBS-ext] ucx #4393
+    fake = FakeCuda()
+    _, dev = fake.runtime.cudaMalloc(MiB)
+    assert _code(fake.runtime.cudaHostRegister(dev, MiB, 0)) == 1
+    assert _live(fake) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(nbytes=st.integers(1, 1 << 40), size=st.integers(1, 1 << 41),
+       offset=st.integers(0, 1 << 20))
+def test_virtual_buffer_is_mapped_exactly_up_to_its_page_rounded_end(
+        nbytes: int, size: int, offset: int) -> None:
+    # an mmap of nbytes maps whole pages: registering inside them succeeds, one byte past the
+    # last page fails with 1 (spec §2.2 "range not fully mapped") [INF]
+    fake = FakeCuda(PROFILES["h200-r580"].replace(per_call_limit=None))
+    buf = fake.virtual(nbytes)
+    mapped_end = buf.data_ptr() + ((nbytes + PAGE - 1) & ~(PAGE - 1))
+    ptr = buf.data_ptr() + offset % nbytes
+    expected = 0 if ptr + size <= mapped_end else 1
+    assert _code(fake.runtime.cudaHostRegister(ptr, size, 0)) == expected
+    assert len(_live(fake)) == (1 if expected == 0 else 0)
