@@ -20,6 +20,7 @@ import numpy as np
 
 from . import errors as E
 from .cuda_runtime import FakeRuntime
+from .device_attributes import attribute_table
 from .symbols import HOST_ONLY_HELPERS, public_names, real_module, snapshot_names
 
 __all__ = ["OUTPUTS", "CudaBindingsFace", "NotModelledError", "bindings_module",
@@ -176,12 +177,8 @@ def _make_fallback_types() -> dict[str, Any]:
         "cudaMemLocationTypeInvalid": 0, "cudaMemLocationTypeDevice": 1,
         "cudaMemLocationTypeHost": 2, "cudaMemLocationTypeHostNuma": 3,
         "cudaMemLocationTypeHostNumaCurrent": 4})
-    attr = _int_enum("cudaDeviceAttr", {
-        "cudaDevAttrCanMapHostMemory": 19, "cudaDevAttrUnifiedAddressing": 41,
-        "cudaDevAttrCanUseHostPointerForRegisteredMem": 91,
-        "cudaDevAttrHostRegisterSupported": 99,
-        "cudaDevAttrPageableMemoryAccessUsesHostPageTables": 100,
-        "cudaDevAttrHostRegisterReadOnlySupported": 113})
+    attr = _int_enum("cudaDeviceAttr", {row.name: a for a, row in
+                                        attribute_table("H200").items()})
 
     class cudaMemLocation:
         def __init__(self) -> None:
@@ -358,7 +355,7 @@ class CudaBindingsFace(types.ModuleType):
         return (self._e(self._kvreg_runtime.set_device(int(device))),)
 
     def cudaDeviceGetAttribute(self, attr: Any, device: Any) -> tuple[Any, int | None]:
-        """Attributes 19, 41, 91, 99, 100, 113 from the device profile."""
+        """Every cudaDeviceAttr member from the profile's table; reserved ones -> 1."""
         code, value = self._kvreg_runtime.device_get_attribute(int(attr), int(device))
         return self._e(code), value
 

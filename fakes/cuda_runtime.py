@@ -20,6 +20,7 @@ import numpy as np
 from . import errors as E
 from .copies import CopyFault, HostSide, classify_copy_sides
 from .cuda_driver import FLAG_BITS, REGISTER_MAPPED, FakeDriver
+from .device_attributes import attribute_value
 from .registry import Pinned
 
 __all__ = ["FLAG_BITS", "FakeRuntime", "PointerAttributes"]
@@ -112,18 +113,16 @@ class FakeRuntime:
         return 0
 
     def device_get_attribute(self, attr: int, device: int) -> tuple[int, int | None]:
+        """Every cudaDeviceAttr member answers from the profile's table (device_attributes)."""
         init = self._init_error()
         if init:
             return init, None
         if not 0 <= device < self.driver.profile.device_count:
             return self._fail(E.INVALID_DEVICE), None
-        p = self.driver.profile
-        table = {91: int(p.can_use_host_pointer_for_registered_mem),
-                 99: int(p.host_register_supported), 113: int(p.read_only_supported),
-                 19: 1, 41: 1, 100: 0}  # 19 canMapHostMemory, 41 unifiedAddressing, 100 ATS
-        if attr not in table:
+        value = attribute_value(self.driver.profile, attr)
+        if value is None:           # reserved members and non-members -> 1 [INF]
             return self._fail(E.INVALID_VALUE), None
-        return 0, table[attr]
+        return 0, value
 
     def mem_get_info(self, device: int = 0) -> tuple[int, int | None, int | None]:
         init = self._init_error()

@@ -30,6 +30,11 @@ class DeviceProfile:
     env: EnvMode = "ok"
     device_count: int = 1
     device_name: str = "NVIDIA H200"
+    # which column of data/device_attributes.tsv answers cudaDeviceGetAttribute ("H200",
+    # "H100"); single values can be replaced (None = unsupported -> InvalidValue), e.g. with
+    # what the real-hardware tier recorded
+    device_model: str = "H200"
+    attribute_overrides: dict[int, int | None] = field(default_factory=dict)
     total_memory: int = 143_771_942_912
     driver_version: int = 13000
     # Each runtime instance reports its own version (spec §6, §9): torch's bundled libcudart
@@ -89,11 +94,21 @@ class DeviceProfile:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """JSON-ready (lists, string keys); ``from_dict`` reads it back."""
+        data = dataclasses.asdict(self)
+        data["reserved_va"] = [list(r) for r in self.reserved_va]
+        data["attribute_overrides"] = {str(k): v for k, v in self.attribute_overrides.items()}
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DeviceProfile:
         """Build a profile from a dict, e.g. the settled answers of a real-hardware run."""
+        data = dict(data)
+        if "attribute_overrides" in data:   # JSON turns the int keys into strings
+            data["attribute_overrides"] = {int(k): v for k, v in
+                                           data["attribute_overrides"].items()}
+        if "reserved_va" in data:
+            data["reserved_va"] = tuple(tuple(r) for r in data["reserved_va"])
         return cls().replace(**data)
 
 
@@ -103,6 +118,7 @@ PROFILES: dict[str, DeviceProfile] = {
         name="h100-r575",
         description="H100 on an R575 driver (CUDA 12.9): no 512 GiB per-call ceiling",
         device_name="NVIDIA H100 80GB HBM3",
+        device_model="H100",
         total_memory=85_029_158_912,
         driver_version=12090,
         runtime_version=12090,

@@ -155,6 +155,14 @@ def device_attributes(ctx: CudaProbeContext) -> None:
         ctx.observation[f"attr{attr}"] = None if int(err) else int(value)
     err, value = ctx.rt.cudaDeviceGetAttribute(ctx.rt.cudaDeviceAttr(100), 0)
     ctx.details["attr100_pageable_uses_host_page_tables"] = None if int(err) else int(value)
+    # the whole cudaDeviceAttr table, so the device profile's values (data/
+    # device_attributes.tsv, [DOC]/[INF]) can be checked against this machine
+    table: dict[str, int | None] = {}   # JSON-ready: attribute number as text
+    for member in ctx.rt.cudaDeviceAttr:
+        err, value = ctx.rt.cudaDeviceGetAttribute(member, 0)
+        table[str(int(member))] = None if int(err) else int(value)
+    ctx.rt.cudaGetLastError()   # the unsupported members leave InvalidValue pending
+    ctx.details["attribute_table"] = table
 
 
 # -- §12.6 copies across two adjacent registrations ------------------------------------------

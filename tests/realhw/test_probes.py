@@ -222,3 +222,15 @@ def test_compare_verdicts() -> None:
 def test_unknown_probe_names_are_refused() -> None:
     with pytest.raises(ValueError, match="unknown probe"):
         all_probes(names=["register_same_page", "nope"])
+
+
+def test_device_attributes_probe_records_the_whole_table() -> None:
+    # the real-hardware tier records every cudaDeviceAttr value so the profile's table can be
+    # checked (kvreg.fakes.device_attributes.attribute_mismatches); on the fake it matches
+    from kvreg.fakes.device_attributes import attribute_mismatches, attribute_table
+
+    out, fake = run_on_fake("device_attributes")
+    table = out.details["attribute_table"]
+    assert {int(k) for k in table} == set(attribute_table("H200"))
+    assert attribute_mismatches(fake.profile, table) == []
+    assert int(fake.runtime.cudaPeekAtLastError()[0]) == 0
