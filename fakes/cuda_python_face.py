@@ -24,7 +24,7 @@ from .device_attributes import attribute_table
 from .symbols import HOST_ONLY_HELPERS, public_names, real_module, snapshot_names
 
 __all__ = ["OUTPUTS", "CudaBindingsFace", "NotModelledError", "bindings_module",
-           "not_modelled_stub"]
+           "not_modelled_stub", "pointer_arg", "unsigned_arg"]
 
 
 class NotModelledError(NotImplementedError):
@@ -72,7 +72,7 @@ _PTR_ERR = ("Provided argument is of type {} but expected Type None, int or obje
             "Protocol")
 
 
-def _ptr(value: Any) -> int:
+def pointer_arg(value: Any) -> int:
     """cuda-python's pointer conversion (spec §9): int, None, buffer, c_void_p, float."""
     if value is None:
         return 0
@@ -95,7 +95,7 @@ def _ptr(value: Any) -> int:
     return int(arr.__array_interface__["data"][0]) if arr.size else 0
 
 
-def _unsigned(value: Any, limit: int, ctype: str) -> int:
+def unsigned_arg(value: Any, limit: int, ctype: str) -> int:
     """size_t / unsigned int conversion: floats truncate, negatives and overflow raise."""
     if isinstance(value, float):
         value = int(value)
@@ -283,43 +283,43 @@ class CudaBindingsFace(types.ModuleType):
     # -- registration (spec §2, §3) ------------------------------------------------------------
     def cudaHostRegister(self, ptr: Any, size: Any, flags: Any) -> tuple[Any]:
         """Overlap -> 712, size 0 or NULL -> 1, bad flags -> 1, ReadOnly -> 801, ceiling -> 2."""
-        p = _ptr(ptr)
-        s = _unsigned(size, _U64, "size_t")
-        f = _unsigned(flags, _U32, "unsigned int")
+        p = pointer_arg(ptr)
+        s = unsigned_arg(size, _U64, "size_t")
+        f = unsigned_arg(flags, _U32, "unsigned int")
         return (self._e(self._kvreg_runtime.host_register(p, s, f)),)
 
     def cudaHostUnregister(self, ptr: Any) -> tuple[Any]:
         """Exact base -> 0; interior pointer -> 1; unknown or released -> 713 (§3)."""
-        return (self._e(self._kvreg_runtime.host_unregister(_ptr(ptr))),)
+        return (self._e(self._kvreg_runtime.host_unregister(pointer_arg(ptr))),)
 
     def cudaHostAlloc(self, size: Any, flags: Any) -> tuple[Any, int | None]:
         """Pinned, mapped host memory (real bytes up to 64 MiB, virtual above)."""
-        code, ptr = self._kvreg_runtime.host_alloc(_unsigned(size, _U64, "size_t"),
-                                                   _unsigned(flags, _U32, "unsigned int"))
+        code, ptr = self._kvreg_runtime.host_alloc(unsigned_arg(size, _U64, "size_t"),
+                                                   unsigned_arg(flags, _U32, "unsigned int"))
         return self._e(code), ptr
 
     def cudaMallocHost(self, size: Any) -> tuple[Any, int | None]:
         """cudaHostAlloc with default flags."""
-        code, ptr = self._kvreg_runtime.host_alloc(_unsigned(size, _U64, "size_t"), 0)
+        code, ptr = self._kvreg_runtime.host_alloc(unsigned_arg(size, _U64, "size_t"), 0)
         return self._e(code), ptr
 
     def cudaFreeHost(self, ptr: Any) -> tuple[Any]:
         """Frees a cudaHostAlloc block; anything else -> 1."""
-        return (self._e(self._kvreg_runtime.free_host(_ptr(ptr))),)
+        return (self._e(self._kvreg_runtime.free_host(pointer_arg(ptr))),)
 
     def cudaMalloc(self, size: Any) -> tuple[Any, int | None]:
         """Device memory at fake device addresses; out of profile memory -> 2."""
-        code, ptr = self._kvreg_runtime.malloc(_unsigned(size, _U64, "size_t"))
+        code, ptr = self._kvreg_runtime.malloc(unsigned_arg(size, _U64, "size_t"))
         return self._e(code), ptr
 
     def cudaFree(self, devPtr: Any) -> tuple[Any]:
         """Frees device memory; an unknown pointer -> 1."""
-        return (self._e(self._kvreg_runtime.free(_ptr(devPtr))),)
+        return (self._e(self._kvreg_runtime.free(pointer_arg(devPtr))),)
 
     # -- queries (spec §4) ---------------------------------------------------------------------
     def cudaPointerGetAttributes(self, ptr: Any) -> tuple[Any, Any]:
         """Unregistered (0), Host (1) or Device (2); interior addresses per profile (§4)."""
-        code, attrs = self._kvreg_runtime.pointer_get_attributes(_ptr(ptr))
+        code, attrs = self._kvreg_runtime.pointer_get_attributes(pointer_arg(ptr))
         if code or attrs is None:
             return self._e(code), None
         out = self.cudaPointerAttributes()
@@ -332,12 +332,12 @@ class CudaBindingsFace(types.ModuleType):
     def cudaHostGetDevicePointer(self, pHost: Any, flags: Any) -> tuple[Any, int | None]:
         """The device alias (== host VA unless attribute 91 is 0); flags must be 0 (§4)."""
         code, dev = self._kvreg_runtime.host_get_device_pointer(
-            _ptr(pHost), _unsigned(flags, _U32, "unsigned int"))
+            pointer_arg(pHost), unsigned_arg(flags, _U32, "unsigned int"))
         return self._e(code), dev
 
     def cudaHostGetFlags(self, pHost: Any) -> tuple[Any, int | None]:
         """Flags of cudaHostAlloc memory (| Mapped); registered memory per profile [UNC] (§4)."""
-        code, flags = self._kvreg_runtime.host_get_flags(_ptr(pHost))
+        code, flags = self._kvreg_runtime.host_get_flags(pointer_arg(pHost))
         return self._e(code), flags
 
     def cudaGetDeviceCount(self) -> tuple[Any, int | None]:
@@ -396,8 +396,8 @@ class CudaBindingsFace(types.ModuleType):
     def cudaMemcpyAsync(self, dst: Any, src: Any, count: Any, kind: Any,
                         stream: Any) -> tuple[Any]:
         """Host range wholly registered or pageable, else 1; spans per profile [UNC] (§5)."""
-        code = self._kvreg_runtime.memcpy_async(_ptr(dst), _ptr(src),
-                                                _unsigned(count, _U64, "size_t"), int(kind),
+        code = self._kvreg_runtime.memcpy_async(pointer_arg(dst), pointer_arg(src),
+                                                unsigned_arg(count, _U64, "size_t"), int(kind),
                                                 _stream(stream))
         return (self._e(code),)
 
@@ -407,8 +407,8 @@ class CudaBindingsFace(types.ModuleType):
                              attrs: Sequence[Any], attrsIdxs: Sequence[int], numAttrs: Any,
                              stream: Any) -> tuple[Any, ...]:
         """12.x returns (err, failIdx) with failIdx None on error; 13.x returns (err,)."""
-        n = _unsigned(count, _U64, "size_t")
-        na = _unsigned(numAttrs, _U64, "size_t")
+        n = unsigned_arg(count, _U64, "size_t")
+        na = unsigned_arg(numAttrs, _U64, "size_t")
         for _label, seq, need in (("dsts", dsts, n), ("srcs", srcs, n), ("sizes", sizes, n),
                                  ("attrs", attrs, na), ("attrsIdxs", attrsIdxs, na)):
             if seq is None:
@@ -441,7 +441,7 @@ class CudaBindingsFace(types.ModuleType):
         try:
             return np.fromiter(head, np.uint64, n)
         except (TypeError, OverflowError, ValueError):
-            return np.array([_ptr(v) for v in head], np.uint64)
+            return np.array([pointer_arg(v) for v in head], np.uint64)
 
     def _kvreg_check_args(self, api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Raise what the binding raises for these arguments, before a fault can fire."""
@@ -489,11 +489,11 @@ _NAME = "cuda.bindings.runtime"
 
 
 def _size(value: Any) -> int:
-    return _unsigned(value, _U64, "size_t")
+    return unsigned_arg(value, _U64, "size_t")
 
 
 def _uint(value: Any) -> int:
-    return _unsigned(value, _U32, "unsigned int")
+    return unsigned_arg(value, _U32, "unsigned int")
 
 
 def _int_like(value: Any) -> int:
@@ -502,11 +502,11 @@ def _int_like(value: Any) -> int:
 
 # per-API argument conversions, in order (spec §9 conversion rules)
 _ARG_CHECKS: dict[str, tuple[Any, ...]] = {
-    "cudaHostRegister": (_ptr, _size, _uint), "cudaHostUnregister": (_ptr,),
-    "cudaHostAlloc": (_size, _uint), "cudaMallocHost": (_size,), "cudaFreeHost": (_ptr,),
-    "cudaMalloc": (_size,), "cudaFree": (_ptr,), "cudaPointerGetAttributes": (_ptr,),
-    "cudaHostGetDevicePointer": (_ptr, _uint), "cudaHostGetFlags": (_ptr,),
+    "cudaHostRegister": (pointer_arg, _size, _uint), "cudaHostUnregister": (pointer_arg,),
+    "cudaHostAlloc": (_size, _uint), "cudaMallocHost": (_size,), "cudaFreeHost": (pointer_arg,),
+    "cudaMalloc": (_size,), "cudaFree": (pointer_arg,), "cudaPointerGetAttributes": (pointer_arg,),
+    "cudaHostGetDevicePointer": (pointer_arg, _uint), "cudaHostGetFlags": (pointer_arg,),
     "cudaStreamDestroy": (_stream,), "cudaStreamSynchronize": (_stream,),
-    "cudaMemcpyAsync": (_ptr, _ptr, _size, _int_like, _stream),
+    "cudaMemcpyAsync": (pointer_arg, pointer_arg, _size, _int_like, _stream),
     "cudaSetDevice": (_int_like,), "cudaDeviceGetAttribute": (_int_like, _int_like),
 }

@@ -18,6 +18,7 @@ from .address_space import AddressSpace, VirtualTensor
 from .cuda_driver import FakeDriver
 from .cuda_python_face import OUTPUTS, CudaBindingsFace
 from .cuda_runtime import FakeRuntime
+from .driver_face import DRIVER_OUTPUTS, CudaDriverFace
 from .faults import FaultPlan, FaultRule
 from .patching import patch_cuda_bindings, patch_torch_cudart
 from .profile import DeviceProfile
@@ -64,6 +65,11 @@ class FakeCuda:
             CudaBindingsFace(self.cuda_runtime, use_real_types=use_real_types), face="cuda",
             trace=self.trace, plan=self.faults, resolve=self._resolve, outputs=OUTPUTS,
             on_injected=self.cuda_runtime.set_last_error)
+        # the driver API: same registrations, no last-error slot (spec §6)
+        self.driver_api: Any = Intercepted(
+            CudaDriverFace(self.driver, use_real_types=use_real_types), face="driver",
+            family="cudriver", prefix="cu", trace=self.trace, plan=self.faults,
+            resolve=self._resolve, outputs=DRIVER_OUTPUTS)
 
     @property
     def profile(self) -> DeviceProfile:
@@ -90,9 +96,11 @@ class FakeCuda:
         """Arm a fault on ``api`` (``"cudaHostRegister"`` or a full ``"cudart.*"`` point).
 
         ``fake.inject("cudaHostRegister", nth=2, error=2)`` fails the second call with
-        cudaErrorMemoryAllocation, once.
+        cudaErrorMemoryAllocation, once. Driver-API names (``"cuMemHostRegister"``) arm the
+        ``cudriver.*`` points.
         """
-        point = api if "." in api or api == "*" else f"cudart.{api}"
+        family = "cudart" if api.startswith("cuda") or not api.startswith("cu") else "cudriver"
+        point = api if "." in api or api == "*" else f"{family}.{api}"
         if error is None and "raise_" not in kwargs and "delay" not in kwargs:
             error = E.INVALID_VALUE
         return self.faults.arm(point, error=error, nth=nth, **kwargs)
@@ -125,5 +133,6 @@ class FakeCuda:
                     self.torch, env=self.profile.env, device_count=self.profile.device_count))
             if cuda_bindings:
                 stack.enter_context(patch_cuda_bindings(
-                    self.runtime, legacy=self.profile.bindings_major == 12))
+                    self.runtime, legacy=self.profile.bindings_major == 12,
+                    driver=self.driver_api))
             yield self

@@ -91,10 +91,12 @@ def _sys_module(name: str, module: Any) -> Iterator[None]:
 
 
 @contextmanager
-def patch_cuda_bindings(face: Any, *, legacy: bool = False) -> Iterator[None]:
+def patch_cuda_bindings(face: Any, *, legacy: bool = False,
+                        driver: Any = None) -> Iterator[None]:
     """``from cuda.bindings import runtime`` (and ``import cuda.bindings.runtime``) gives ``face``.
 
-    Without cuda-bindings installed, stand-in ``cuda`` and ``cuda.bindings`` packages are put
+    ``driver`` (a driver-API face) also takes ``cuda.bindings.driver``'s place. Without
+    cuda-bindings installed, stand-in ``cuda`` and ``cuda.bindings`` packages are put
     in ``sys.modules`` for the block. ``legacy=True`` also maps the 12.x ``cuda.cudart`` path.
     """
     remember_real("runtime")   # resolved before the fake takes its place
@@ -117,6 +119,9 @@ def patch_cuda_bindings(face: Any, *, legacy: bool = False) -> Iterator[None]:
             stack.enter_context(patch_attr(cuda_pkg, "bindings", bindings_pkg))
         stack.enter_context(_sys_module("cuda.bindings.runtime", face))
         stack.enter_context(patch_attr(bindings_pkg, "runtime", face))
+        if driver is not None:   # ``from cuda.bindings import driver`` (spec §6 workaround)
+            stack.enter_context(_sys_module("cuda.bindings.driver", driver))
+            stack.enter_context(patch_attr(bindings_pkg, "driver", driver))
         if legacy:
             stack.enter_context(_sys_module("cuda.cudart", face))
             stack.enter_context(patch_attr(cuda_pkg, "cudart", face))

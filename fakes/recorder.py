@@ -22,7 +22,7 @@ from .faults import FaultPlan, call_info
 
 __all__ = ["Intercepted", "Trace", "TraceEntry"]
 
-Face = Literal["torch", "cuda"]
+Face = Literal["torch", "cuda", "driver", "ctypes"]
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,10 @@ def _torch_code(result: Any) -> int | None:
     return value if isinstance(value, int) and hasattr(result, "name") else None
 
 
+def _int_code(result: Any) -> int | None:
+    return result if type(result) is int else None
+
+
 def _cuda_code(result: Any) -> int | None:
     if isinstance(result, tuple) and result and hasattr(result[0], "name"):
         return int(result[0])
@@ -154,6 +158,10 @@ class Intercepted(types.ModuleType):
         target = self._kvreg_target
         if self._kvreg_face == "torch":
             return target.cudaError(code)
+        if self._kvreg_face == "ctypes":
+            return code                 # a C int; out-parameters stay unwritten
+        if self._kvreg_face == "driver":
+            return (target.CUresult(code), *([None] * self._kvreg_outputs.get(api, 0)))
         n_out = self._kvreg_outputs.get(api, 0)
         if api == "cudaMemcpyBatchAsync" and getattr(target, "bindings_major", 13) == 12:
             n_out = 1
@@ -165,7 +173,7 @@ class Intercepted(types.ModuleType):
         trace = self._kvreg_trace
         plan = self._kvreg_plan
         resolve = self._kvreg_resolve
-        code_of = _torch_code if face == "torch" else _cuda_code
+        code_of = {"torch": _torch_code, "ctypes": _int_code}.get(face, _cuda_code)
         on_injected = self._kvreg_on_injected
 
         rules = plan._rules     # read directly: the empty-plan check is on every call
@@ -187,8 +195,8 @@ class Intercepted(types.ModuleType):
                 # a result that is only its code is stored as the code: rows of plain ints and
                 # strings are untracked by the garbage collector, which keeps a trace of
                 # millions of calls from slowing every later allocation
-                kept = code if code is not None and (face == "torch" or len(result) == 1) \
-                    else result
+                kept = code if code is not None and (face in ("torch", "ctypes") or
+                                                     len(result) == 1) else result
                 rows.append((next(seq), face, api, args, code, kept, False, get_ident()))
                 return result
             if rule.delay:
