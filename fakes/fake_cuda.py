@@ -1,9 +1,12 @@
-"""``FakeCuda``: one simulated process with a driver, two runtimes, a trace and a fault plan.
+"""``FakeCuda``: one simulated process with a driver, its runtimes, a trace and a fault plan.
 
-This is what tests and the ``fake_cudart`` fixture hold. ``fake.torch`` is what
-``torch.cuda.cudart()`` returns under ``fake.patch()``; ``fake.runtime`` is what
-``cuda.bindings.runtime`` becomes. Both are recorded and fault-injected by one
-:class:`~kvreg.fakes.recorder.Intercepted` layer each, sharing one trace and one plan.
+This is what tests and the ``fake_cudart`` fixture hold. Under ``fake.patch()``,
+``fake.torch`` is what ``torch.cuda.cudart()`` returns, ``fake.runtime`` is what
+``cuda.bindings.runtime`` becomes, ``fake.driver_api`` is ``cuda.bindings.driver``, and
+``ctypes.CDLL("libcudart.so...")`` gives ``fake.load_libcudart(name)``. Every door is
+recorded and fault-injected by one :class:`~kvreg.fakes.recorder.Intercepted` layer, sharing
+one trace and one plan; each runtime instance (torch's, cuda-bindings', the ctypes-loaded
+libcudart) keeps its own last-error slot over the one driver (spec/cuda-runtime.md §6).
 """
 
 from __future__ import annotations
@@ -15,12 +18,13 @@ from typing import Any
 
 from . import errors as E
 from .address_space import AddressSpace, VirtualTensor
+from .ctypes_face import LIBCUDART_NAME, CtypesCudartFace, FakeCudartLibrary, is_libcudart
 from .cuda_driver import FakeDriver
 from .cuda_python_face import OUTPUTS, CudaBindingsFace
 from .cuda_runtime import FakeRuntime
 from .driver_face import DRIVER_OUTPUTS, CudaDriverFace
 from .faults import FaultPlan, FaultRule
-from .patching import patch_cuda_bindings, patch_torch_cudart
+from .patching import patch_ctypes_cudart, patch_cuda_bindings, patch_torch_cudart
 from .profile import DeviceProfile
 from .recorder import Intercepted, Trace
 from .torch_face import TorchCudartFace
@@ -65,6 +69,15 @@ class FakeCuda:
             CudaBindingsFace(self.cuda_runtime, use_real_types=use_real_types), face="cuda",
             trace=self.trace, plan=self.faults, resolve=self._resolve, outputs=OUTPUTS,
             on_injected=self.cuda_runtime.set_last_error)
+        # libcudart loaded through ctypes: its own runtime instance and last-error slot
+        # (spec §6); torch's bundled libcudart-<hash>.so loaded that way is torch's instance
+        self.libcudart_runtime = FakeRuntime(self.driver, "libcudart",
+                                             self.profile.runtime_version)
+        self._ctypes_faces = {
+            runtime.name: (CtypesCudartFace(runtime), Intercepted(
+                CtypesCudartFace(runtime), face="ctypes", trace=self.trace, plan=self.faults,
+                resolve=self._resolve, on_injected=runtime.set_last_error))
+            for runtime in (self.libcudart_runtime, self.torch_runtime)}
         # the driver API: same registrations, no last-error slot (spec §6)
         self.driver_api: Any = Intercepted(
             CudaDriverFace(self.driver, use_real_types=use_real_types), face="driver",
@@ -89,6 +102,20 @@ class FakeCuda:
     def _resolve(self, ptr: int) -> tuple[str, int] | None:
         hit = self.space.owner(ptr)
         return None if hit is None else (hit[0].name, hit[1])
+
+    def load_libcudart(self, name: str = "libcudart.so") -> FakeCudartLibrary:
+        """What ``ctypes.CDLL(name)`` gives for a libcudart under ``patch()``."""
+        match = LIBCUDART_NAME.search(name)
+        if match is None:
+            raise ValueError(f"{name!r} does not name a libcudart shared library")
+        runtime = self.torch_runtime if match.group("bundled") else self.libcudart_runtime
+        raw, face = self._ctypes_faces[runtime.name]
+        return FakeCudartLibrary(name, face, raw)
+
+    @property
+    def libcudart_soname(self) -> str:
+        """What ``ctypes.util.find_library("cudart")`` answers: ``libcudart.so.<major>``."""
+        return f"libcudart.so.{self.profile.runtime_version // 1000}"
 
     # -- faults -------------------------------------------------------------------------------
     def inject(self, api: str, *, nth: int | None = None, error: int | str | Any = None,
@@ -125,9 +152,14 @@ class FakeCuda:
 
     # -- activation -----------------------------------------------------------------------------
     @contextmanager
-    def patch(self, *, torch: bool = True, cuda_bindings: bool = True) -> Iterator[FakeCuda]:
-        """For the block, ``torch.cuda.cudart()`` and ``cuda.bindings.runtime`` reach this fake."""
+    def patch(self, *, torch: bool = True, cuda_bindings: bool = True,
+              ctypes: bool = True) -> Iterator[FakeCuda]:
+        """For the block, ``torch.cuda.cudart()``, ``cuda.bindings.runtime`` / ``.driver`` and
+        libcudart loaded through ctypes reach this fake."""
         with ExitStack() as stack:
+            if ctypes:
+                stack.enter_context(patch_ctypes_cudart(
+                    self.load_libcudart, is_cudart=is_libcudart, soname=self.libcudart_soname))
             if torch:
                 stack.enter_context(patch_torch_cudart(
                     self.torch, env=self.profile.env, device_count=self.profile.device_count))

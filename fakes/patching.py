@@ -16,7 +16,7 @@ from typing import Any
 
 from .symbols import remember_real
 
-__all__ = ["patch_attr", "patch_cuda_bindings", "patch_torch_cudart"]
+__all__ = ["patch_attr", "patch_ctypes_cudart", "patch_cuda_bindings", "patch_torch_cudart"]
 
 _MISSING = object()
 
@@ -125,4 +125,38 @@ def patch_cuda_bindings(face: Any, *, legacy: bool = False,
         if legacy:
             stack.enter_context(_sys_module("cuda.cudart", face))
             stack.enter_context(patch_attr(cuda_pkg, "cudart", face))
+        yield
+
+
+@contextmanager
+def patch_ctypes_cudart(load: Any, *, is_cudart: Any, soname: str) -> Iterator[None]:
+    """Loading libcudart through ctypes gives ``load(name)``; other libraries load normally.
+
+    Covers ``ctypes.CDLL(name)``, ``ctypes.cdll.LoadLibrary(name)`` (and
+    ``ctypes.cdll.<name>``), and ``ctypes.util.find_library("cudart")``, which answers
+    ``soname``. A ``CDLL`` bound before activation is the caller's to patch.
+    """
+    import ctypes
+    import ctypes.util
+
+    original_cdll = ctypes.CDLL
+    original_find = ctypes.util.find_library
+
+    class PatchedCDLL(original_cdll):  # type: ignore[valid-type, misc]
+        """``ctypes.CDLL`` that hands libcudart loads to the fake."""
+
+        def __new__(cls, name: Any, *args: Any, **kwargs: Any) -> Any:
+            if is_cudart(name):
+                return load(name)
+            return super().__new__(cls)
+
+    def find_library(name: str) -> str | None:
+        if name in ("cudart", "libcudart"):
+            return soname
+        return original_find(name)
+
+    with ExitStack() as stack:
+        stack.enter_context(patch_attr(ctypes, "CDLL", PatchedCDLL))
+        stack.enter_context(patch_attr(ctypes.cdll, "_dlltype", PatchedCDLL))
+        stack.enter_context(patch_attr(ctypes.util, "find_library", find_library))
         yield
