@@ -15,7 +15,9 @@ import inspect
 from pathlib import Path
 
 from . import symbols
+from .ctypes_face import SIGNATURES
 from .cuda_python_face import CudaBindingsFace
+from .driver_face import CudaDriverFace
 from .torch_face import TorchCudartFace
 
 __all__ = ["modelled_cuda_python", "modelled_torch", "render", "runtime_symbols"]
@@ -46,6 +48,21 @@ def modelled_cuda_python() -> list[str]:
 
 def modelled_torch() -> list[str]:
     return _face_methods(TorchCudartFace)
+
+
+def modelled_driver() -> list[str]:
+    return sorted(n for n, v in vars(CudaDriverFace).items()
+                  if n.startswith("cu") and inspect.isfunction(v))
+
+
+def modelled_ctypes() -> list[str]:
+    return sorted(SIGNATURES)
+
+
+def driver_symbols() -> list[str]:
+    """Functions of the committed cuda.bindings.driver snapshot."""
+    names = symbols.snapshot_names("driver")
+    return sorted(n for n, k in names.items() if k == "function" and n.startswith("cu"))
 
 
 def runtime_symbols() -> tuple[str, list[str]]:
@@ -115,6 +132,19 @@ def render() -> str:
     lines += ["", "## `torch.cuda.cudart()` face (`torch._C._cudart`)", "",
               "| API | spec |", "|---|---|"]
     lines += [f"| `{n}` | {SPEC_SECTION.get(n, '§7')} |" for n in modelled_torch()]
+    drv_real = driver_symbols()
+    drv = modelled_driver()
+    lines += ["", "## `cuda.bindings.driver` face", "",
+              f"**{len(drv)}** modelled of {len(drv_real)} functions; every other name is in "
+              "`dir()` and raises `NotModelledError` when called. Registrations are shared "
+              "with the runtime faces; the driver API has no last-error slot (spec §6).", "",
+              "| API | notes |", "|---|---|"]
+    lines += [f"| `{n}` | {_summary(CudaDriverFace, n)} |" for n in drv]
+    lines += ["", "## libcudart through ctypes (`ctypes.CDLL(\"libcudart.so...\")`)", "",
+              f"**{len(modelled_ctypes())}** symbols modelled with their C signatures; any other "
+              "`cuda*` function of the runtime raises `NotModelledError` when called, and "
+              "names that libcudart does not export are undefined symbols.", ""]
+    lines += [f"- `{n}`" for n in modelled_ctypes()]
     lines += ["", f"## `cuda.bindings.runtime`: not modelled ({len(missing)})", "",
               "Listed by `dir()`; calling any of these on the fake raises `NotModelledError`.",
               "", "```"]

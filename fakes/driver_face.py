@@ -31,7 +31,7 @@ from .cuda_python_face import NotModelledError, not_modelled_stub, pointer_arg, 
 from .faults import register_points
 from .symbols import public_names, real_module, snapshot_names
 
-__all__ = ["DRIVER_OUTPUTS", "DRIVER_POINTS", "CudaDriverFace", "DriverLibraryMissing"]
+__all__ = ["DRIVER_OUTPUTS", "DRIVER_POINTS", "RUNTIME_TWINS", "CudaDriverFace", "DriverLibraryMissing"]
 
 _NAME = "cuda.bindings.driver"
 _U64 = 1 << 64
@@ -58,6 +58,11 @@ DRIVER_POINTS: dict[str, frozenset[int] | None] = {
     "cudriver.cuPointerGetAttribute": _COMMON | {E.INVALID_VALUE, 101},
 }
 register_points(DRIVER_POINTS)
+
+# cudaHostRegister is a thin wrapper of its driver twin (spec §2.1): a fault plan written
+# for the runtime point also fails the driver call, unless the plan names cudriver points
+RUNTIME_TWINS = {"cuMemHostRegister": "cudart.cudaHostRegister",
+                 "cuMemHostUnregister": "cudart.cudaHostUnregister"}
 
 # CUpointer_attribute numbers (cuda.h) [DOC]
 _PA_MEMORY_TYPE, _PA_DEVICE_POINTER, _PA_HOST_POINTER, _PA_IS_MANAGED = 2, 3, 4, 8

@@ -22,7 +22,7 @@ from .ctypes_face import LIBCUDART_NAME, CtypesCudartFace, FakeCudartLibrary, is
 from .cuda_driver import FakeDriver
 from .cuda_python_face import OUTPUTS, CudaBindingsFace
 from .cuda_runtime import FakeRuntime
-from .driver_face import DRIVER_OUTPUTS, CudaDriverFace
+from .driver_face import DRIVER_OUTPUTS, RUNTIME_TWINS, CudaDriverFace
 from .faults import FaultPlan, FaultRule
 from .patching import patch_ctypes_cudart, patch_cuda_bindings, patch_torch_cudart
 from .profile import DeviceProfile
@@ -82,7 +82,7 @@ class FakeCuda:
         self.driver_api: Any = Intercepted(
             CudaDriverFace(self.driver, use_real_types=use_real_types), face="driver",
             family="cudriver", prefix="cu", trace=self.trace, plan=self.faults,
-            resolve=self._resolve, outputs=DRIVER_OUTPUTS)
+            resolve=self._resolve, outputs=DRIVER_OUTPUTS, aliases=RUNTIME_TWINS)
 
     @property
     def profile(self) -> DeviceProfile:

@@ -142,7 +142,11 @@ def patch_ctypes_cudart(load: Any, *, is_cudart: Any, soname: str) -> Iterator[N
     original_cdll = ctypes.CDLL
     original_find = ctypes.util.find_library
 
-    class PatchedCDLL(original_cdll):  # type: ignore[valid-type, misc]
+    class SameClassChecks(type):
+        def __instancecheck__(cls, obj: Any) -> bool:
+            return isinstance(obj, original_cdll)   # isinstance(lib, ctypes.CDLL) still holds
+
+    class PatchedCDLL(original_cdll, metaclass=SameClassChecks):  # type: ignore[valid-type, misc]
         """``ctypes.CDLL`` that hands libcudart loads to the fake."""
 
         def __new__(cls, name: Any, *args: Any, **kwargs: Any) -> Any:

@@ -132,9 +132,9 @@ class Intercepted(types.ModuleType):
                  resolve: Callable[[int], tuple[str, int] | None] | None = None,
                  outputs: dict[str, int] | None = None,
                  on_injected: Callable[[int], None] | None = None,
-                 prefix: str = "cuda") -> None:
+                 prefix: str = "cuda", aliases: dict[str, str] | None = None) -> None:
         super().__init__(getattr(target, "__name__", "intercepted"))
-        self.__dict__.update(_kvreg_prefix=prefix,
+        self.__dict__.update(_kvreg_prefix=prefix, _kvreg_aliases=aliases or {},
             _kvreg_target=target, _kvreg_face=face, _kvreg_trace=trace, _kvreg_plan=plan,
             _kvreg_family=family, _kvreg_resolve=resolve, _kvreg_outputs=outputs or {},
             _kvreg_on_injected=on_injected)
@@ -161,7 +161,11 @@ class Intercepted(types.ModuleType):
         if self._kvreg_face == "ctypes":
             return code                 # a C int; out-parameters stay unwritten
         if self._kvreg_face == "driver":
-            return (target.CUresult(code), *([None] * self._kvreg_outputs.get(api, 0)))
+            try:
+                result = target.CUresult(code)
+            except ValueError:          # a runtime-only code (e.g. 35) has no CUresult twin
+                result = target.CUresult(999)
+            return (result, *([None] * self._kvreg_outputs.get(api, 0)))
         n_out = self._kvreg_outputs.get(api, 0)
         if api == "cudaMemcpyBatchAsync" and getattr(target, "bindings_major", 13) == 12:
             n_out = 1
@@ -169,6 +173,9 @@ class Intercepted(types.ModuleType):
 
     def _wrap(self, api: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         point = f"{self._kvreg_family}.{api}"
+        # a driver call also answers the fault points of its runtime twin (cuMemHostRegister
+        # for cudart.cudaHostRegister), unless the plan names its own points
+        alias = self._kvreg_aliases.get(api)
         face = self._kvreg_face
         trace = self._kvreg_trace
         plan = self._kvreg_plan
@@ -188,7 +195,10 @@ class Intercepted(types.ModuleType):
             if rules:
                 if check_args is not None:
                     check_args(api, args, kwargs)   # a bad call raises before any fault
-                rule = plan.check(call_info(point, args, kwargs, resolve))
+                at = point
+                if alias is not None and not any(r.matches_point(point) for r in rules):
+                    at = alias
+                rule = plan.check(call_info(at, args, kwargs, resolve))
             if rule is None:
                 result = fn(*args, **kwargs)
                 code = code_of(result)

@@ -140,3 +140,13 @@ def test_architecture_names_only_paths_that_exist() -> None:
     assert len(paths) > 15
     missing = sorted(p for p in paths if not (ROOT / p).exists())
     assert not missing, missing
+
+
+def test_driver_and_ctypes_faces_model_real_names_only() -> None:
+    _, runtime_names = coverage.runtime_symbols()
+    assert set(coverage.modelled_driver()) <= set(coverage.driver_symbols())
+    assert {"cuMemHostRegister", "cuMemHostUnregister", "cuMemHostGetFlags",
+            "cuPointerGetAttribute"} <= set(coverage.modelled_driver())
+    assert set(coverage.modelled_ctypes()) <= set(runtime_names)
+    text = coverage.render()
+    assert "## `cuda.bindings.driver` face" in text and "cuMemHostRegister" in text
