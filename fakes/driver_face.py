@@ -31,7 +31,8 @@ from .cuda_python_face import NotModelledError, not_modelled_stub, pointer_arg, 
 from .faults import register_points
 from .symbols import public_names, real_module, snapshot_names
 
-__all__ = ["DRIVER_OUTPUTS", "DRIVER_POINTS", "RUNTIME_TWINS", "CudaDriverFace", "DriverLibraryMissing"]
+__all__ = ["DRIVER_OUTPUTS", "DRIVER_POINTS", "RUNTIME_TWINS", "CudaDriverFace",
+           "DriverLibraryMissing"]
 
 _NAME = "cuda.bindings.driver"
 _U64 = 1 << 64
@@ -83,6 +84,11 @@ def _library_missing_error() -> type[Exception]:
     return error
 
 
+def _int_enum(name: str, members: dict[str, int]) -> Any:
+    """An IntEnum built at run time (mypy cannot follow the functional API's members)."""
+    return enum.IntEnum(name, members)
+
+
 def _fallback_types() -> dict[str, Any]:
     """Stand-ins for the binding's enums and handle types when cuda-bindings is absent."""
     names = {0: "CUDA_SUCCESS", 1: "CUDA_ERROR_INVALID_VALUE", 2: "CUDA_ERROR_OUT_OF_MEMORY",
@@ -93,8 +99,8 @@ def _fallback_types() -> dict[str, Any]:
              712: "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
              713: "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", 800: "CUDA_ERROR_NOT_PERMITTED",
              801: "CUDA_ERROR_NOT_SUPPORTED", 999: "CUDA_ERROR_UNKNOWN"}
-    result: Any = enum.IntEnum("CUresult", {v: k for k, v in names.items()})
-    attribute: Any = enum.IntEnum("CUpointer_attribute", {
+    result = _int_enum("CUresult", {v: k for k, v in names.items()})
+    attribute = _int_enum("CUpointer_attribute", {
         "CU_POINTER_ATTRIBUTE_MEMORY_TYPE": 2, "CU_POINTER_ATTRIBUTE_DEVICE_POINTER": 3,
         "CU_POINTER_ATTRIBUTE_HOST_POINTER": 4, "CU_POINTER_ATTRIBUTE_IS_MANAGED": 8,
         "CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL": 9, "CU_POINTER_ATTRIBUTE_RANGE_START_ADDR": 11,

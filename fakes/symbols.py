@@ -139,7 +139,7 @@ def render_snapshot(version: str) -> str:
     """The text of the snapshot file for the installed modules."""
     rows = [f"# cuda.bindings public names (runtime, driver), cuda-bindings {version}"]
     for which in ("runtime", "driver"):
-        names = live_names(which)  # type: ignore[arg-type]
+        names = live_names(which)
         if names is None:
             raise RuntimeError("cuda-bindings is not installed")
         rows += [f"{which}\t{n}\t{k}" for n, k in sorted(names.items())]

@@ -75,7 +75,7 @@ def test_driver_failures_leave_every_runtime_error_slot_alone() -> None:
 
 
 def test_pointer_attributes_of_registered_memory() -> None:
-    fake, drv, base = _ready()
+    _fake, drv, base = _ready()
     a = drv.CUpointer_attribute
     assert int(drv.cuMemHostRegister(base, MiB, 0)[0]) == 0
     q = base + 4096 + 5
@@ -98,7 +98,7 @@ def test_pointer_attributes_of_registered_memory() -> None:
 
 def test_device_pointer_alias_on_wsl2() -> None:
     # spec §4: CanUseHostPointerForRegisteredMem = 0 -> the alias differs from the host VA
-    fake, drv, base = _ready("wsl2")
+    _fake, drv, base = _ready("wsl2")
     assert int(drv.cuMemHostRegister(base, MiB, 2)[0]) == 0
     err, alias = drv.cuMemHostGetDevicePointer(base, 0)
     assert int(err) == 0 and int(alias) != base
@@ -108,7 +108,7 @@ def test_device_pointer_alias_on_wsl2() -> None:
 @pytest.mark.parametrize("mode", ["invalid", "flags"])
 def test_host_get_flags_follows_the_profile(mode: str) -> None:
     # spec §4: cudaHostGetFlags on registered memory is [UNC]; the same switch applies
-    fake, drv, base = _ready(PROFILES["h200-r580"].replace(host_get_flags_on_registered=mode))
+    _fake, drv, base = _ready(PROFILES["h200-r580"].replace(host_get_flags_on_registered=mode))
     assert int(drv.cuMemHostRegister(base, MiB, 3)[0]) == 0
     err, flags = drv.cuMemHostGetFlags(base)
     assert (int(err), flags) == ((1, None) if mode == "invalid" else (0, 3))

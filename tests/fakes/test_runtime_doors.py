@@ -181,7 +181,7 @@ def test_ctypes_example_reports_the_runtime_name_of_the_error() -> None:
     with fake.patch():
         first = mod.register(buf.data_ptr(), GiB, granularity=MiB, chunk_limit=GiB)
         with pytest.raises(mod.CudaRegistrationError,
-                           match="cudaErrorHostMemoryAlreadyRegistered .rc=712"):
+                           match=r"cudaErrorHostMemoryAlreadyRegistered \(rc=712\)"):
             mod.register(buf.data_ptr(), 2 * GiB, granularity=MiB, chunk_limit=GiB)
         assert fake.libcudart_runtime.peek_at_last_error() == 0
         mod.teardown(first)
