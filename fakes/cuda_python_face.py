@@ -457,8 +457,11 @@ class CudaBindingsFace(types.ModuleType):
     # -- everything else -----------------------------------------------------------------------
     def __dir__(self) -> list[str]:
         """The real module's public names, modelled or not (feature probes read ``dir()``)."""
-        return sorted(public_names("runtime") | {"__doc__", "__name__", "__spec__",
-                                                 "__loader__", "__package__"})
+        names = public_names("runtime")
+        if self.__dict__.get("_real") is None:   # only what this face can answer
+            names = frozenset(n for n in names if hasattr(self, n))
+        return sorted(names | {"__doc__", "__name__", "__spec__", "__loader__",
+                               "__package__"})
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):

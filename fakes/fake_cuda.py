@@ -152,14 +152,12 @@ class FakeCuda:
 
     # -- activation -----------------------------------------------------------------------------
     @contextmanager
-    def patch(self, *, torch: bool = True, cuda_bindings: bool = True,
-              ctypes: bool = True) -> Iterator[FakeCuda]:
+    def patch(self, *, torch: bool = True, cuda_bindings: bool = True) -> Iterator[FakeCuda]:
         """For the block, ``torch.cuda.cudart()``, ``cuda.bindings.runtime`` / ``.driver`` and
-        libcudart loaded through ctypes reach this fake."""
+        libcudart loaded through ctypes reach this fake (other libraries load normally)."""
         with ExitStack() as stack:
-            if ctypes:
-                stack.enter_context(patch_ctypes_cudart(
-                    self.load_libcudart, is_cudart=is_libcudart, soname=self.libcudart_soname))
+            stack.enter_context(patch_ctypes_cudart(
+                self.load_libcudart, is_cudart=is_libcudart, soname=self.libcudart_soname))
             if torch:
                 stack.enter_context(patch_torch_cudart(
                     self.torch, env=self.profile.env, device_count=self.profile.device_count))

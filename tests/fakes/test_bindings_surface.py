@@ -158,3 +158,16 @@ def test_no_import_cycle_among_the_cuda_modules() -> None:
 
     cyclic = sorted(m for m in graph if reaches(m, m, {m}))
     assert cyclic == []
+
+
+def test_without_cuda_bindings_dir_lists_only_what_answers() -> None:
+    # use_real_types=False stands for a machine without cuda-bindings: dir() and hasattr
+    # still agree with each other, and every snapshot function is listed
+    fake = FakeCuda(use_real_types=False)
+    for face in (fake.runtime._kvreg_target, fake.driver_api._kvreg_target):
+        face.__dict__["_real"] = None
+        listed = [n for n in dir(face) if not n.startswith("_")]
+        assert all(hasattr(face, n) for n in listed)
+    functions = {n for n, k in symbols.snapshot_names("runtime").items() if k == "function"
+                 and n.startswith("cuda")}
+    assert functions <= set(dir(fake.runtime._kvreg_target))
