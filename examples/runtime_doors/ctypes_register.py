@@ -3,12 +3,12 @@
 This is the approach current vLLM takes: registration and error draining go through the
 same libcudart handle, so a failed call's pending error is cleared in the runtime instance
 that recorded it (a different runtime, such as torch's bundled one, would never see it).
-Run it over kvreg's scenario catalog with the generic style (kvreg's fake answers the
-``ctypes.CDLL`` load):
+Run it over kvreg's scenario catalog with the ``ctypes`` style (kvreg's fake answers
+the door this code uses):
 
-    kvreg run --impl examples/runtime_doors/ctypes_register.py:generic_register \
-              --teardown examples/runtime_doors/ctypes_register.py:generic_teardown \
-              --style generic
+    kvreg run --impl examples/runtime_doors/ctypes_register.py:register --style ctypes
+
+``generic_register`` / ``generic_teardown`` offer the same code to the ``generic`` style.
 """
 
 from __future__ import annotations

@@ -3,11 +3,11 @@
 ``cuMemHostRegister`` leaves the runtime's last-error state alone, so a failed registration
 cannot surface later as a bogus error in an unrelated torch operation. Registrations are
 driver-level: torch and cuda-python see them too. Run it over kvreg's scenario catalog with
-the generic style:
+the ``driver`` style (kvreg's fake answers the door this code uses):
 
-    kvreg run --impl examples/runtime_doors/driver_register.py:generic_register \
-              --teardown examples/runtime_doors/driver_register.py:generic_teardown \
-              --style generic
+    kvreg run --impl examples/runtime_doors/driver_register.py:register --style driver
+
+``generic_register`` / ``generic_teardown`` offer the same code to the ``generic`` style.
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ from kvreg.harness.run.result import Violation
 __all__ = ["BufferRun", "RunRecord", "Violation", "check_run"]
 
 GiB = 1 << 30
+# a registration is the runtime call or its driver twin (spec cuda-runtime.md §2.1)
+REGISTER_APIS = frozenset({"cudaHostRegister", "cuMemHostRegister"})
+UNREGISTER_APIS = frozenset({"cudaHostUnregister", "cuMemHostUnregister"})
 
 
 @dataclass
@@ -78,8 +81,8 @@ def _exc(e: BaseException) -> str:
 def check_run(r: RunRecord) -> list[Violation]:
     """All violations of a run, first one first."""
     out: list[Violation] = []
-    regs = [e for e in r.trace if e.api == "cudaHostRegister"]
-    unregs = [e for e in r.trace if e.api == "cudaHostUnregister"]
+    regs = [e for e in r.trace if e.api in REGISTER_APIS]
+    unregs = [e for e in r.trace if e.api in UNREGISTER_APIS]
 
     if r.budget_hit is not None:
         out.append(Violation("call-budget", f"stopped after {r.budget_hit} runtime calls: the "
@@ -166,7 +169,7 @@ def check_run(r: RunRecord) -> list[Violation]:
     released: dict[int, int] = {}
     for e in sorted(regs + unregs, key=lambda x: x.seq):
         ptr = int(e.args[0])
-        if e.api == "cudaHostRegister":
+        if e.api in REGISTER_APIS:
             if e.code == 0:
                 live[ptr] = int(e.args[1])
             continue
@@ -215,7 +218,7 @@ def check_run(r: RunRecord) -> list[Violation]:
 
 def _explain_error(r: RunRecord, b: BufferRun) -> str:
     assert b.error is not None
-    failing = [e for e in r.trace if e.api == "cudaHostRegister" and e.code
+    failing = [e for e in r.trace if e.api in REGISTER_APIS and e.code
                and b.seq_start <= e.seq < b.seq_end]
     msg = f"register() of {b.spec.name} raised {_exc(b.error)}"
     if failing:
@@ -234,7 +237,7 @@ def _explain_transfer(r: RunRecord, t: Any) -> str:
     if t.failed_row is not None and r.geometry.has_page_meta:
         index, off, size, page = extent_at(r.geometry.extent_families(), t.failed_row)
         name = r.geometry.buffers()[index].name
-        regs = [e for e in r.trace if e.api == "cudaHostRegister" and e.code == 0]
+        regs = [e for e in r.trace if e.api in REGISTER_APIS and e.code == 0]
         base = next((x.base for x in r.buffers if x.index == index), 0)
         seams = sorted(int(e.args[0]) - base for e in regs
                        if base < int(e.args[0]) < base + off + size

@@ -59,7 +59,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="implementation under test: file.py:function or package.module:function")
     group.addoption("--kvreg-teardown", default=None, metavar="SPEC",
                     help="its teardown (default: 'teardown' next to --kvreg-impl)")
-    group.addoption("--kvreg-style", default=None, choices=["sglang", "generic", "mooncake"],
+    group.addoption("--kvreg-style", default=None, choices=["sglang", "generic", "mooncake",
+                                                              "ctypes", "driver"],
                     help="implementation style (default sglang)")
     group.addoption("--kvreg-backend", default=None, choices=["fake", "cuda"],
                     help="backend scenarios run on (default fake)")

@@ -3,11 +3,16 @@
 ``reference`` is kvreg's own; ``sglang`` calls ``register(buffer, G)`` / ``teardown(buffer)``
 with cudart from ``torch.cuda.cudart()`` and the limit from
 ``SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB``; ``generic`` calls ``register(cudart, ptr, nbytes,
-*, granularity, chunk_limit)`` / ``teardown(cudart, ranges)``. The sglang style gets the
+*, granularity, chunk_limit)`` / ``teardown(cudart, ranges)``; ``ctypes`` and ``driver`` call
+``register(ptr, nbytes, *, granularity, chunk_limit)`` / ``teardown(ranges)`` and leave the code
+to reach CUDA itself: libcudart through ``ctypes.CDLL`` (the approach of current vLLM, which
+keeps registration and error draining on one runtime handle) or ``cuda.bindings.driver``'s
+``cuMemHostRegister`` (which leaves runtime error state alone). The sglang style gets the
 granularity the real pool passes (None where upstream registers in one call); the reference
-gets kvreg's copy unit, because it chunks every layout; the generic style gets the pool's
-granularity where it passes one and kvreg's copy unit where it passes None (a None would
-leave a generic implementation no safe way to chunk a pool above the per-call ceiling).
+gets kvreg's copy unit, because it chunks every layout; the generic, ctypes and driver styles
+get the pool's granularity where it passes one and kvreg's copy unit where it passes None (a
+None would leave such an implementation no safe way to chunk a pool above the per-call
+ceiling).
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ from kvreg.harness.pools.base import ExtentFamily
 __all__ = ["STYLES", "Implementation", "ImplementationError", "load_callable",
            "make_implementation"]
 
-STYLES = ("reference", "sglang", "generic", "mooncake")
+STYLES = ("reference", "sglang", "generic", "mooncake", "ctypes", "driver")
+# styles whose code reaches CUDA by itself: register(ptr, nbytes, ...) / teardown(ranges)
+SELF_REACHING = ("ctypes", "driver")
 GiB = 1 << 30
 
 
@@ -84,7 +91,8 @@ class Implementation:
 
     def granularity(self, spec: BufferSpec, limit: int,
                     families: Sequence[ExtentFamily] | None, index: int) -> int | None:
-        if self.style == "reference" or (self.style == "generic" and spec.granularity is None):
+        if self.style == "reference" or (self.style in ("generic", *SELF_REACHING)
+                                         and spec.granularity is None):
             return reference_unit(spec, limit, families, index)[0]
         return spec.granularity
 
@@ -98,6 +106,9 @@ class Implementation:
         if self.style == "generic":
             return self.register_fn(cudart, int(buffer.data_ptr()), spec.nbytes,
                                     granularity=granularity, chunk_limit=limit)
+        if self.style in SELF_REACHING:
+            return self.register_fn(int(buffer.data_ptr()), spec.nbytes,
+                                    granularity=granularity, chunk_limit=limit)
         if self.style == "sglang":
             self.register_fn(buffer, granularity)   # upstream passes G positionally
             return buffer
@@ -109,6 +120,8 @@ class Implementation:
         assert self.teardown_fn is not None
         if self.style == "generic":
             return self.teardown_fn(cudart, handle)
+        if self.style in SELF_REACHING:
+            return self.teardown_fn(handle)
         return self.teardown_fn(buffer)
 
     def check_limit(self, limit: int) -> str | None:
@@ -158,8 +171,8 @@ def make_implementation(impl: str | None = None, teardown: str | None = None,
         return Implementation("reference", "kvreg reference")
     style = style or "sglang"
     if style not in STYLES or style == "reference":
-        raise ImplementationError(f"--style must be one of sglang, generic, mooncake; got "
-                                  f"{style!r}")
+        raise ImplementationError(f"--style must be one of sglang, generic, mooncake, ctypes, "
+                                  f"driver; got {style!r}")
     register_fn = load_callable(impl)
     if teardown is None:
         module_name, _, _ = impl.rpartition(":")

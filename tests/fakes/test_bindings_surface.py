@@ -9,17 +9,13 @@ success silently").
 
 from __future__ import annotations
 
-import ast
 import sys
-from pathlib import Path
 
 import pytest
 
 from kvreg.fakes import symbols
 from kvreg.fakes.cuda_python_face import NotModelledError
 from kvreg.fakes.fake_cuda import FakeCuda
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _public(module: object) -> set[str]:
@@ -129,35 +125,6 @@ def test_is_fake_module_recognises_faces_and_the_recorder() -> None:
     assert symbols.is_fake_module(fake.runtime)
     assert symbols.is_fake_module(fake.runtime._kvreg_target)
     assert not symbols.is_fake_module(sys)
-
-
-def _module_imports(path: Path) -> set[str]:
-    """Modules of kvreg.fakes imported at module level (TYPE_CHECKING blocks excluded)."""
-    tree = ast.parse(path.read_text())
-    out: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            if node.module:
-                out.add(node.module.split(".")[0])
-            else:
-                out.update(a.name for a in node.names)
-    return out
-
-
-def test_no_import_cycle_among_the_cuda_modules() -> None:
-    fakes = ROOT / "fakes"
-    graph = {p.stem: _module_imports(p) for p in fakes.glob("*.py")}
-    assert "cuda_python_face" in graph["coverage"]
-    assert "coverage" not in graph["cuda_python_face"]
-
-    def reaches(start: str, goal: str, seen: set[str]) -> bool:
-        for nxt in graph.get(start, ()):
-            if nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})):
-                return True
-        return False
-
-    cyclic = sorted(m for m in graph if reaches(m, m, {m}))
-    assert cyclic == []
 
 
 def test_without_cuda_bindings_dir_lists_only_what_answers() -> None:
