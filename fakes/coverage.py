@@ -145,6 +145,10 @@ def render() -> str:
               "`cuda*` function of the runtime raises `NotModelledError` when called, and "
               "names that libcudart does not export are undefined symbols.", ""]
     lines += [f"- `{n}`" for n in modelled_ctypes()]
+    drv_missing = [n for n in drv_real if n not in set(drv)]
+    lines += ["", f"## `cuda.bindings.driver`: not modelled ({len(drv_missing)})", "",
+              "Listed by `dir()`; calling any of these on the fake raises `NotModelledError`.",
+              "", "```", *drv_missing, "```"]
     lines += ["", f"## `cuda.bindings.runtime`: not modelled ({len(missing)})", "",
               "Listed by `dir()`; calling any of these on the fake raises `NotModelledError`.",
               "", "```"]
