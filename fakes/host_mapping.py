@@ -32,8 +32,8 @@ class ProcessMaps:
     def __init__(self, path: str = "/proc/self/maps") -> None:
         self._path = Path(path)
         self._lock = threading.Lock()
-        self._starts: list[int] = []
-        self._ends: list[int] = []
+        # (starts, ends) replaced as one tuple, so a reader never sees halves of two reads
+        self._runs: tuple[list[int], list[int]] = ([], [])
         self.reads = 0
         self.available = self._path.exists()
 
@@ -50,13 +50,13 @@ class ProcessMaps:
             else:
                 runs.append([start, end])
         with self._lock:
-            self._starts = [r[0] for r in runs]
-            self._ends = [r[1] for r in runs]
+            self._runs = ([r[0] for r in runs], [r[1] for r in runs])
             self.reads += 1
 
     def _covered(self, ptr: int, end: int) -> bool:
-        i = bisect.bisect_right(self._starts, ptr) - 1
-        return i >= 0 and end <= self._ends[i]
+        starts, ends = self._runs
+        i = bisect.bisect_right(starts, ptr) - 1
+        return i >= 0 and end <= ends[i]
 
     def covers(self, ptr: int, size: int) -> bool:
         """True when every page of ``[ptr, ptr+size)`` is mapped (re-reads on a miss)."""
