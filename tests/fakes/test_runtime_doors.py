@@ -124,13 +124,13 @@ def test_example_registers_pool_buffers_all_or_nothing(example: str, sc: Any) ->
     fake = FakeCuda(sc.profile)
     geometry = sc.geometry()
     buffers = allocate(geometry, fake.space)
-    extents = geometry.page_extents() if geometry.has_page_meta else None
+    families = geometry.extent_families() if geometry.has_page_meta else None
     handles = []
     with fake.patch():
         for i, spec in enumerate(geometry.buffers()):
             if not spec.cuda_registered:
                 continue
-            unit = spec.granularity or reference_unit(spec, sc.chunk_limit, extents, i)[0]
+            unit = spec.granularity or reference_unit(spec, sc.chunk_limit, families, i)[0]
             ptr = int(buffers[i].data_ptr())
             ranges = mod.register(ptr, spec.nbytes, granularity=unit, chunk_limit=sc.chunk_limit)
             # exact cover, every seam on the copy unit, no chunk above the limit
