@@ -24,9 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 from . import errors as E
-from .cuda_python_face import NotModelledError
 from .cuda_runtime import FakeRuntime
-from .symbols import snapshot_names
+from .symbols import NotModelledError, snapshot_names
 
 __all__ = ["LIBCUDART_NAME", "CtypesCudartFace", "FakeCudartLibrary", "is_libcudart"]
 

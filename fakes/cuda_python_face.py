@@ -21,37 +21,22 @@ import numpy as np
 from . import errors as E
 from .cuda_runtime import FakeRuntime
 from .device_attributes import attribute_table
-from .symbols import HOST_ONLY_HELPERS, public_names, real_module, snapshot_names
+from .symbols import (
+    HOST_ONLY_HELPERS,
+    NotModelledError,
+    not_modelled_stub,
+    public_names,
+    real_module,
+    snapshot_names,
+)
 
 __all__ = ["OUTPUTS", "CudaBindingsFace", "NotModelledError", "bindings_module",
            "not_modelled_stub", "pointer_arg", "unsigned_arg"]
 
 
-class NotModelledError(NotImplementedError):
-    """Raised for a real cuda-python API the fake does not model (see COVERAGE.md)."""
-
-
 def bindings_module() -> types.ModuleType | None:
     """The real ``cuda.bindings.runtime`` if installed, whatever is patched in its place."""
     return real_module("runtime")
-
-
-def not_modelled_stub(module: str, name: str, *, reason: str = "") -> Any:
-    """A callable standing for a real API the fake does not model: calling it raises.
-
-    ``hasattr`` and ``dir()`` then answer as on the real module (feature probes see the
-    name), while a call never returns success silently.
-    """
-    message = reason or (f"{module}.{name} is not modelled by kvreg's fake CUDA runtime; "
-                         "see COVERAGE.md for what is modelled")
-
-    def stub(*args: Any, **kwargs: Any) -> Any:
-        raise NotModelledError(message)
-
-    stub.__name__ = stub.__qualname__ = name
-    stub.__doc__ = f"Not modelled: {message}"
-    stub._kvreg_not_modelled = True  # type: ignore[attr-defined]
-    return stub
 
 
 # number of output slots after the error, per API (spec §9 return convention)

@@ -27,9 +27,9 @@ from typing import Any
 
 from . import errors as E
 from .cuda_driver import FakeDriver
-from .cuda_python_face import NotModelledError, not_modelled_stub, pointer_arg, unsigned_arg
+from .cuda_python_face import pointer_arg, unsigned_arg
 from .faults import register_points
-from .symbols import public_names, real_module, snapshot_names
+from .symbols import NotModelledError, not_modelled_stub, public_names, real_module, snapshot_names
 
 __all__ = ["DRIVER_OUTPUTS", "DRIVER_POINTS", "RUNTIME_TWINS", "CudaDriverFace",
            "DriverLibraryMissing"]

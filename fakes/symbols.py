@@ -18,10 +18,11 @@ import sys
 import types
 from functools import cache
 from importlib import resources
-from typing import Literal
+from typing import Any, Literal
 
-__all__ = ["HOST_ONLY_HELPERS", "SNAPSHOT", "Kind", "is_fake_module", "live_names",
-           "real_module", "remember_real", "snapshot_header", "snapshot_names"]
+__all__ = ["HOST_ONLY_HELPERS", "SNAPSHOT", "Kind", "NotModelledError", "is_fake_module",
+           "kind_of", "live_names", "not_modelled_stub", "public_names", "real_module",
+           "remember_real", "render_snapshot", "snapshot_header", "snapshot_names"]
 
 SNAPSHOT = "cuda_bindings_names.tsv"
 Which = Literal["runtime", "driver"]
@@ -35,6 +36,28 @@ HOST_ONLY_HELPERS = frozenset({
 })
 
 _REAL: dict[str, types.ModuleType | None] = {}
+
+
+class NotModelledError(NotImplementedError):
+    """Raised for a real cuda-python API the fake does not model (see COVERAGE.md)."""
+
+
+def not_modelled_stub(module: str, name: str, *, reason: str = "") -> Any:
+    """A callable standing for a real API the fake does not model: calling it raises.
+
+    ``hasattr`` and ``dir()`` then answer as on the real module (feature probes see the
+    name), while a call never returns success silently.
+    """
+    message = reason or (f"{module}.{name} is not modelled by kvreg's fake CUDA runtime; "
+                         "see COVERAGE.md for what is modelled")
+
+    def stub(*args: Any, **kwargs: Any) -> Any:
+        raise NotModelledError(message)
+
+    stub.__name__ = stub.__qualname__ = name
+    stub.__doc__ = f"Not modelled: {message}"
+    stub._kvreg_not_modelled = True  # type: ignore[attr-defined]
+    return stub
 
 
 def is_fake_module(module: object) -> bool:
