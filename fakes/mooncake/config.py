@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from ..verbs.fabric import Node
+    from ..verbs.node import Node
 
 __all__ = ["MooncakeHostMemAllocator", "ReplicateConfig", "bind_allocator", "bind_to_numa_node"]
 

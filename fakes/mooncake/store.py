@@ -14,14 +14,12 @@ byte for byte; objects put from virtual memory have a size but no bytes (see
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from .config import ReplicateConfig
+from .deployment import Deployment
 from .errors import ErrorCode
 from .session import Client, Session
-
-if TYPE_CHECKING:
-    from .fake import FakeMooncake
 
 __all__ = ["MooncakeDistributedStore", "bind_store"]
 
@@ -64,7 +62,7 @@ def _int(value: Any, what: str) -> int:
 class MooncakeDistributedStore:
     """The fake store client; build it through ``FakeMooncake`` (``fake.store()``)."""
 
-    _fake: ClassVar[FakeMooncake | None] = None
+    _fake: ClassVar[Deployment | None] = None
     _node_name: ClassVar[str | None] = None
 
     def __init__(self) -> None:
@@ -72,7 +70,7 @@ class MooncakeDistributedStore:
         if fake is None:
             raise RuntimeError("this MooncakeDistributedStore class belongs to no "
                                "FakeMooncake; use fake.store() or fake.patch()")
-        self._owner: FakeMooncake = fake
+        self._owner: Deployment = fake
         self._s = Session(fake, fake.fabric.node(type(self)._node_name))
         fake.stores.append(self)
 
@@ -240,7 +238,7 @@ class MooncakeDistributedStore:
         return sorted(c.buffers.items()) if c is not None else []
 
 
-def bind_store(fake: FakeMooncake, node: str | None) -> type[MooncakeDistributedStore]:
+def bind_store(fake: Deployment, node: str | None) -> type[MooncakeDistributedStore]:
     """The store class whose instances run on ``node`` of ``fake``'s fabric."""
     return type("MooncakeDistributedStore", (MooncakeDistributedStore,),
                 {"_fake": fake, "_node_name": node, "__module__": "mooncake.store",

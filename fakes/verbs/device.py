@@ -17,7 +17,7 @@ from .addr import GID
 from .errors import PyverbsRDMAError, PyverbsUserError
 
 if TYPE_CHECKING:
-    from .fabric import Nic, Node
+    from .node import Nic, Node
 
 __all__ = ["Context", "Device", "DeviceAttr", "DeviceAttrEx", "PortAttr", "bind_context",
            "device_list_function"]

@@ -23,7 +23,7 @@ from .device import Device, DeviceAttr, DeviceAttrEx, PortAttr, bind_context, de
 from .enums import new_generation_module, old_generation_module
 
 if TYPE_CHECKING:
-    from .fabric import Node
+    from .node import Node
 
 __all__ = ["MODELLED", "build_modules", "patch_pyverbs"]
 

@@ -13,52 +13,16 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import enums as V
+from .cints import SIZE_MAX, c_int, c_size_t, c_uint
 from .errors import NotModelledError, PyverbsUserError
-from .fabric import MrRecord, Nic, Node
 from .memory import classify
+from .node import FabricLike, MrRecord, Nic, Node
 from .pd import PD
 
-if TYPE_CHECKING:
-    from .fabric import Fabric
-
 __all__ = ["MR", "c_int", "c_size_t", "c_uint"]
-
-SIZE_MAX = (1 << 64) - 1
-
-
-def c_size_t(value: Any, what: str) -> int:
-    """Cython's conversion to ``size_t``: ints only, 0..2^64-1, else TypeError/OverflowError."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{what}: an integer is required, got {type(value).__name__}")
-    if value < 0:
-        raise OverflowError(f"{what}: can't convert negative value to size_t")
-    if value > SIZE_MAX:
-        raise OverflowError(f"{what}: value too large to convert to size_t")
-    return int(value)
-
-
-def c_int(value: Any, what: str) -> int:
-    """Cython's conversion to C ``int``: offsets of 2 GiB and more overflow (§4.4)."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{what}: an integer is required, got {type(value).__name__}")
-    if not -(1 << 31) <= value < (1 << 31):
-        raise OverflowError(f"{what}: value too large to convert to int")
-    return int(value)
-
-
-def c_uint(value: Any, what: str, bits: int = 32) -> int:
-    """Cython's conversion to an unsigned C integer of ``bits`` bits."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{what}: an integer is required, got {type(value).__name__}")
-    if value < 0:
-        raise OverflowError(f"{what}: can't convert negative value to unsigned int")
-    if value >= 1 << bits:
-        raise OverflowError(f"{what}: value too large to convert to unsigned int")
-    return int(value)
-
 
 def _gc_release(nic: Nic, rec: MrRecord, node: Node, owned: int | None) -> None:
     """pyverbs deregisters an MR when the object dies without close()."""
@@ -145,7 +109,7 @@ class MR:
         return self._closed
 
     @property
-    def fabric(self) -> Fabric:
+    def fabric(self) -> FabricLike:
         return self._nic.node.fabric
 
     # -- data ---------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from .device import Context
 from .errors import PyverbsRDMAError, PyverbsUserError
 
 if TYPE_CHECKING:
-    from .fabric import Nic
+    from .node import Nic
 
 __all__ = ["PD"]
 

@@ -21,10 +21,11 @@ from .cq import CQ, WC
 from .device import Context
 from .errors import NotModelledError, PyverbsRDMAError, PyverbsUserError
 from .pd import PD
+from .transfer import execute_send
 from .wr import RecvWR, SendWR
 
 if TYPE_CHECKING:
-    from .fabric import Nic
+    from .node import Nic
 
 __all__ = ["QP", "QPAttr", "QPCap", "QPInitAttr"]
 
@@ -223,8 +224,6 @@ class QP:
     # -- posting ------------------------------------------------------------------------
     def post_send(self, send_wr: SendWR, bad_wr: Any = None) -> None:
         """Post a WR chain; WRs execute at once and their completions go to the send CQ."""
-        from .transfer import execute_send
-
         fabric = self._nic.node.fabric
         for wr in send_wr.chain():
             args = (wr.sg_list[0].addr if wr.sg_list else 0,

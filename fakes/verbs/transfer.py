@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..address_space import AddressSpace
 from . import enums as V
@@ -33,8 +33,7 @@ from .memory import classify
 from .wr import SGE, SendWR
 
 if TYPE_CHECKING:
-    from .fabric import Nic
-    from .qp import QP
+    from .node import Nic
 
 __all__ = ["execute_send"]
 
@@ -47,6 +46,35 @@ _WC_OPCODE = {int(Op.IBV_WR_RDMA_WRITE): int(V.ibv_wc_opcode.IBV_WC_RDMA_WRITE),
               int(Op.IBV_WR_SEND): int(V.ibv_wc_opcode.IBV_WC_SEND)}
 _NAMES = {int(Op.IBV_WR_RDMA_WRITE): "rdma_write", int(Op.IBV_WR_RDMA_READ): "rdma_read",
           int(Op.IBV_WR_SEND): "send"}
+
+
+
+class QP(Protocol):
+    """What the data path needs of a queue pair (``pyverbs.qp.QP`` provides it)."""
+
+    attr: Any
+    sq_sig_all: bool
+    rcq: Any
+
+    @property
+    def nic(self) -> Nic: ...
+
+    @property
+    def qp_num(self) -> int: ...
+
+    @property
+    def qp_state(self) -> int: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def pd(self) -> Any: ...
+
+    def set_error(self) -> None: ...
+
+    def pop_recv(self) -> Any: ...
+
 
 Segment = tuple[AddressSpace, int, int]
 Done = Callable[..., "WC | None"]

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from . import enums as V
+from .cints import c_size_t, c_uint
 from .errors import NotModelledError, PyverbsUserError
-from .mr import c_size_t, c_uint
 
 __all__ = ["SGE", "RecvWR", "SendWR"]
 
