@@ -120,10 +120,10 @@ class MR:
             raise PyverbsUserError(f"{what}: [{offset}, {offset + length}) is outside the MR "
                                    f"of {self._rec.length} bytes")
         ptr = self._rec.addr + offset
-        kind = classify(self._nic.node.space, ptr, length)
-        if kind != "real":
+        kind = classify(self._nic.node.space, ptr, length, write=what == "write")
+        if kind not in ("real", "process"):
             raise TypeError(f"{what}: the MR's memory at {ptr:#x} is {kind}; the fake has no "
-                            "bytes there (track the buffer, or use a pyverbs-allocated MR)")
+                            "bytes there")
         return ptr
 
     def write(self, data: str | bytes, length: int, offset: int = 0) -> None:

@@ -22,6 +22,7 @@ import numpy as np
 from ..address_space import AddressSpace, VirtualTensor
 from ..recorder import Trace
 from . import enums as V
+from . import memory, procmaps
 from .errors import PyverbsRDMAError
 from .profiles import NicProfile
 
@@ -225,16 +226,21 @@ class Nic:
             err = self.node.memlock_errno(_npages(addr, length))
             if err:
                 return err
-        # §5.2 [inferred]: an unmapped range fails to pin with EFAULT; the fake knows which
-        # virtual ranges are mapped (real ones it cannot check)
-        if self.node.space.is_virtual(addr):
-            hit = self.node.space.owner(addr)
-            if hit is None or addr + length > hit[0].end:
+            # §5.2: pinning (umem.c ib_umem_get -> pin_user_pages) fails with EFAULT on an
+            # unmapped page, or on a read-only one when the MR is writable (FOLL_WRITE)
+            if not self.node.pinnable(addr, length, write=bool(access & WRITABLE_ACCESS)):
                 return errno.EFAULT
         # §5.2: device out of MR resources (max_mr): ENOMEM (erdma) / EAGAIN (mlx5)
         if len(self._mrs) >= int(self.attr["max_mr"]):
             return p.mr_exhausted_errno
         return 0
+
+
+# umem.c/ib_verbs.h ib_access_writable: these bits make the kernel pin with FOLL_WRITE
+WRITABLE_ACCESS = int(V.ibv_access_flags.IBV_ACCESS_LOCAL_WRITE |
+                      V.ibv_access_flags.IBV_ACCESS_REMOTE_WRITE |
+                      V.ibv_access_flags.IBV_ACCESS_REMOTE_ATOMIC |
+                      V.ibv_access_flags.IBV_ACCESS_MW_BIND)
 
 
 def _page_up(x: int) -> int:
@@ -269,7 +275,8 @@ class Node:
 
     # -- memory -----------------------------------------------------------------------
     def track(self, obj: Any, *, name: str = "") -> Any:
-        """Tell the node about a real buffer, so RDMA and store transfers may copy into it."""
+        """Name a real buffer in traces and leak reports (optional: registered process
+        memory is read and written in place whether tracked or not)."""
         self.space.track(obj, name=name)
         return obj
 
@@ -289,6 +296,17 @@ class Node:
         self._allocs[addr] = raw
         self.space.track(view, name=f"pyverbs-buf@{addr:#x}")
         return addr
+
+    def pinnable(self, addr: int, length: int, *, write: bool) -> bool:
+        """Whether the kernel could pin ``[addr, addr+length)``: a reserved virtual range,
+        a tracked buffer, or process memory mapped (writable when ``write``)."""
+        kind = memory.classify(self.space, addr, length, write=write, fresh=True)
+        if kind == "virtual":
+            hit = self.space.owner(addr)
+            return hit is not None and addr + length <= hit[0].end
+        if kind == "untracked" and not procmaps.available():
+            return True      # no /proc: nothing to check against (the old behaviour)
+        return kind != "untracked"
 
     def free(self, addr: int) -> None:
         self._allocs.pop(addr, None)

@@ -15,8 +15,9 @@ Order of checks, and the completion status each failure gives:
    checked like (3) on the peer [inferred from IB semantics].
 
 Any error puts this QP in ERR; WRs posted later flush. On success the bytes move with
-``ctypes.memmove`` between tracked real buffers; a virtual range anywhere in the WR moves
-nothing (the WR still succeeds; the trace row says ``data=False``), see :mod:`.memory`.
+``ctypes.memmove`` between the registered ranges, tracked buffers and ordinary process
+memory alike; a virtual range anywhere in the WR moves nothing (the WR still succeeds; the
+trace row says ``data=False``), see :mod:`.memory`.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..address_space import AddressSpace
 from . import enums as V
 from .cq import WC
-from .errors import NotModelledError, UntrackedMemoryError
-from .memory import classify
+from .errors import NotModelledError
+from .memory import classify, require
 from .wr import SGE, SendWR
 
 if TYPE_CHECKING:
@@ -104,13 +105,14 @@ def _peer(qp: QP) -> QP | None:
 
 
 def _move(dst: list[Segment], src: list[Segment]) -> bool:
-    """Scatter the gathered ``src`` into ``dst``; False (nothing moved) if any side is virtual."""
-    kinds = [(seg, classify(seg[0], seg[1], seg[2])) for seg in dst + src if seg[2]]
+    """Scatter the gathered ``src`` into ``dst``; False (nothing moved) if any side is virtual.
+
+    Registered process memory (tracked or not) is read and written in place (§5.2).
+    """
+    kinds = [(seg, classify(seg[0], seg[1], seg[2], write=True)) for seg in dst if seg[2]]
+    kinds += [(seg, classify(seg[0], seg[1], seg[2])) for seg in src if seg[2]]
     for (space, ptr, n), kind in kinds:
-        if kind == "untracked":
-            raise UntrackedMemoryError(
-                f"RDMA range [{ptr:#x}, {ptr + n:#x}) is not inside a buffer the fake knows "
-                f"({space.describe(ptr)}); track it on its node (node.track(buffer))")
+        require(kind, space, ptr, n, "RDMA")
     if any(kind == "virtual" for _, kind in kinds):
         return False
     di = si = 0
