@@ -23,6 +23,7 @@ import ctypes
 import ctypes.util
 import mmap
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["ProcessMaps", "available", "is_mapped", "process_maps"]
@@ -34,7 +35,7 @@ _PAGE = mmap.PAGESIZE
 _MS_ASYNC = 1
 
 
-def _load_msync() -> object | None:
+def _load_msync() -> Callable[[int, int, int], int] | None:
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
         fn = libc.msync
@@ -54,7 +55,7 @@ def _all_pages_mapped(ptr: int, nbytes: int) -> bool:
         return True
     start = ptr - ptr % _PAGE
     length = ptr + max(nbytes, 1) - start
-    return _MSYNC(start, length, _MS_ASYNC) == 0  # type: ignore[operator]
+    return _MSYNC(start, length, _MS_ASYNC) == 0
 
 
 @dataclass(frozen=True)
