@@ -102,7 +102,7 @@ def _wc_status_for(name_or_code: Any) -> int:
 
 def _wc_status_name(code: int) -> str:
     try:
-        return ibv_wc_status(code).name
+        return str(ibv_wc_status(code).name)
     except ValueError:
         return str(code)
 
