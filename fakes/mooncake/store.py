@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
+from ..verbs.errors import NotModelledError
 from .config import ReplicateConfig
 from .deployment import Deployment
 from .errors import ErrorCode
@@ -75,11 +76,14 @@ class MooncakeDistributedStore:
         fake.stores.append(self)
 
     def __getattr__(self, name: str) -> Any:
+        # a real method the fake does not model exists (hasattr is True, as on the real
+        # class) but raises NotModelledError naming the coverage when called
         if name in _NOT_MODELLED:
-            from ..verbs.errors import NotModelledError
-
-            raise NotModelledError(f"kvreg's fake MooncakeDistributedStore does not model "
-                                   f"{name}()")
+            def not_modelled(*args: object, **kwargs: object) -> Any:
+                raise NotModelledError(f"kvreg's fake MooncakeDistributedStore does not model "
+                                       f"{name}() (COVERAGE: the fake's modelled methods are "
+                                       "those of kvreg.fakes.mooncake.store)")
+            return not_modelled
         raise AttributeError(f"'MooncakeDistributedStore' object has no attribute {name!r}")
 
     @property

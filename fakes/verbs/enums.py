@@ -39,11 +39,12 @@ _TABLE = load_table()
 TABLE_SOURCE: str = _TABLE["source"]
 SUPPLEMENT: tuple[dict[str, Any], ...] = tuple(_TABLE["supplement"])
 
-ENUMS: dict[str, type[enum.IntEnum]] = {
-    name: enum.IntEnum(name, [(m, v) for m, v in members], module=__name__)  # type: ignore[misc]
+ENUMS: dict[str, Any] = {
+    name: enum.IntEnum(name, [(m, v) for m, v in members], module=__name__)
     for name, members in _TABLE["enums"].items()
 }
 ENUM_CLASSES: tuple[type[enum.IntEnum], ...] = tuple(ENUMS.values())
+# (ENUMS is typed Any per class: the members come from the generated table)
 MODULE_CONSTANTS: dict[str, int] = {k: int(v) for k, v in _TABLE["constants"].items()}
 
 # the classes the fakes use by name (typed Any: their members come from the table)

@@ -15,8 +15,12 @@ from typing import Any
 from ..faults import register_points
 from .enums import ibv_wc_status
 
-__all__ = ["VERBS_POINTS", "NotModelledError", "PyverbsError", "PyverbsRDMAError",
+__all__ = ["COVERAGE_HINT", "VERBS_POINTS", "NotModelledError", "PyverbsError", "PyverbsRDMAError",
            "PyverbsUserError", "UntrackedMemoryError", "errno_name", "wc_status_str"]
+
+
+# where an unmodelled name's error sends the reader
+COVERAGE_HINT = "COVERAGE: python -m kvreg.fakes.verbs.coverage lists what is modelled"
 
 
 class PyverbsError(Exception):
@@ -53,11 +57,12 @@ class PyverbsUserError(PyverbsError):
         super().__init__(msg)
 
 
-class NotModelledError(AttributeError):
-    """A real pyverbs name the fake does not implement (design.md, "The fake's rules").
+class NotModelledError(NotImplementedError):
+    """A real pyverbs (or Mooncake) API the fake does not implement (design.md, "The fake's
+    rules"): using it raises this, naming the coverage table, never a silent stand-in.
 
-    An AttributeError, so ``from pyverbs.mr import DmaBufMR`` fails as an ImportError would
-    on an rdma-core build without it, never with a silent stand-in.
+    The name itself exists, as on the real module (``hasattr`` is True, ``from pyverbs.mr
+    import DmaBufMR`` works); only calling or instantiating it fails.
     """
 
 

@@ -1,6 +1,7 @@
 """Generate the fake's ibverbs enum table from rdma-core's ``libibverbs/verbs.h``.
 
     python -m kvreg.fakes.verbs.gen_enums /usr/include/infiniband/verbs.h \
+        /usr/include/infiniband/tm_types.h \
         [--supplement fakes/verbs/data/verbs_enums_supplement.json] \
         [-o fakes/verbs/data/verbs_enums.json]
 
@@ -8,8 +9,9 @@ Every ``enum NAME { ... }`` of the header becomes a table of members in header o
 (implicit values counted as C counts them, ``= expr`` evaluated with the members and the
 integer ``#define``s seen so far); the members of anonymous ``enum { ... }`` blocks become
 plain constants, as pyverbs exposes them. The supplement adds members of newer rdma-core
-releases than the header given (each with its source); a supplement entry that the header
-already defines must agree with it, or generation fails. ``--check`` compares instead of
+releases than the header given, and the few names pyverbs takes from headers that are not
+installed (each with its source); a supplement entry that the header already defines must
+agree with it, or generation fails. ``--check`` compares instead of
 writing, for CI (exit status 1 on a difference).
 """
 
@@ -153,7 +155,19 @@ def _supplement(enums: dict[str, list[tuple[str, int]]], constants: dict[str, in
                 entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     added: list[dict[str, Any]] = []
     for e in entries:
-        enum_name, name, value = str(e["enum"]), str(e["name"]), int(e["value"])
+        name, value = str(e["name"]), int(e["value"])
+        if e.get("enum") is None:         # a constant pyverbs exposes from elsewhere
+            if constants.get(name, value) != value:
+                raise ValueError(f"supplement {name}={value} disagrees with the header "
+                                 f"({constants[name]})")
+            if name not in constants:
+                constants[name] = value
+                added.append({"enum": None, "name": name, "value": value,
+                              "source": str(e["source"])})
+            continue
+        enum_name = str(e["enum"])
+        if e.get("new_enum") and enum_name not in enums:
+            enums[enum_name] = []
         table = dict(enums.get(enum_name, []))
         if name in table:
             if table[name] != value:
@@ -189,7 +203,9 @@ def _dump(table: Mapping[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kvreg.fakes.verbs.gen_enums",
                                  description=__doc__.split("\n\n")[0])
-    ap.add_argument("header", help="path of rdma-core's verbs.h")
+    ap.add_argument("header", nargs="+",
+                    help="rdma-core's verbs.h, then any other header whose enums pyverbs "
+                         "exposes (tm_types.h)")
     ap.add_argument("--supplement", default=str(DEFAULT_SUPPLEMENT),
                     help="JSON list of members newer than the header ('' for none)")
     ap.add_argument("-o", "--output", default=str(DEFAULT_OUTPUT))
@@ -198,15 +214,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true",
                     help="compare with the output file instead of writing it")
     args = ap.parse_args(argv)
-    header = Path(args.header).read_text(encoding="utf-8")
+    header = "\n".join(Path(h).read_text(encoding="utf-8") for h in args.header)
     extra = json.loads(Path(args.supplement).read_text()) if args.supplement else []
-    table = generate(header, extra, args.source or args.header, Path(args.header).parent)
+    table = generate(header, extra, args.source or " ".join(args.header),
+                     Path(args.header[0]).parent)
     out = Path(args.output)
     if args.check:
         old = json.loads(out.read_text())
         same = {k: v for k, v in old.items() if k != "source"} == \
             {k: v for k, v in json.loads(_dump(table)).items() if k != "source"}
-        print("up to date" if same else f"{out} differs from {args.header}")
+        print("up to date" if same else f"{out} differs from {' '.join(args.header)}")
         return 0 if same else 1
     out.write_text(_dump(table), encoding="utf-8")
     print(f"wrote {out}: {len(table['enums'])} enums, {len(table['constants'])} constants")

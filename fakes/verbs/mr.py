@@ -17,10 +17,11 @@ from typing import Any
 
 from . import enums as V
 from .cints import SIZE_MAX, c_int, c_size_t, c_uint
-from .errors import NotModelledError, PyverbsUserError
+from .errors import NotModelledError, PyverbsRDMAError, PyverbsUserError
 from .memory import classify
 from .node import FabricLike, MrRecord, Nic, Node
 from .pd import PD
+from .strings import rereg_error_to_str
 
 __all__ = ["MR", "c_int", "c_size_t", "c_uint"]
 
@@ -144,8 +145,42 @@ class MR:
         ptr = self._range(offset, length, "read")
         return ctypes.string_at(ptr, length)
 
-    def rereg(self, *args: Any, **kwargs: Any) -> None:
-        raise NotModelledError("kvreg's fake pyverbs does not model MR.rereg")
+    def rereg(self, flags: int, pd: PD | None, addr: int, length: int, access: int) -> None:
+        """``ibv_rereg_mr``: change the translation (addr, length), the PD and/or the
+        access of a live MR, keeping its keys. libibverbs' own input checks (verbs.c
+        ``ibv_rereg_mr``) give IBV_REREG_MR_ERR_INPUT; a kernel refusal (the checks of
+        ``ibv_reg_mr`` on the new values, §5.2) gives IBV_REREG_MR_ERR_CMD. Either way
+        the MR is unchanged and PyverbsRDMAError names the error."""
+        flags = c_uint(flags, "flags")
+        rc = self._rereg(flags, pd, addr, length, access)
+        if rc:
+            raise PyverbsRDMAError(f"Failed to rereg MR: {rereg_error_to_str(rc)}")
+
+    def _rereg(self, flags: int, pd: PD | None, addr: int, length: int, access: int) -> int:
+        E = V.ENUMS["ibv_rereg_mr_err_code"]
+        R = V.ENUMS["ibv_rereg_mr_flags"]
+        err_input = int(E.IBV_REREG_MR_ERR_INPUT)
+        if self._closed or not flags or flags & ~int(R.IBV_REREG_MR_FLAGS_SUPPORTED):
+            return err_input
+        translate = bool(flags & R.IBV_REREG_MR_CHANGE_TRANSLATION)
+        if translate and (not addr or not length):
+            return err_input
+        if flags & R.IBV_REREG_MR_CHANGE_PD and not isinstance(pd, PD):
+            return err_input
+        rec = self._rec
+        new_addr, new_len = (c_size_t(addr, "addr"), c_size_t(length, "length")) \
+            if translate else (rec.addr, rec.length)
+        new_access = c_uint(access, "access") if flags & R.IBV_REREG_MR_CHANGE_ACCESS \
+            else rec.access
+        new_pd = pd if flags & R.IBV_REREG_MR_CHANGE_PD and isinstance(pd, PD) else self._pd
+        if new_pd.nic is not self._nic:
+            return err_input
+        if self._nic.rereg_mr(rec, new_addr, new_len, new_access, new_pd.pd_id):
+            return int(E.IBV_REREG_MR_ERR_CMD)
+        if new_pd is not self._pd:
+            self._pd = new_pd
+            new_pd.add_ref(self)
+        return 0
 
     # -- lifetime -----------------------------------------------------------------------
     def close(self) -> None:

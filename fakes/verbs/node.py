@@ -177,6 +177,29 @@ class Nic:
         self.node.fabric.trace.append(self.face, "reg_mr", args, 0, key, False)
         return rec
 
+    def rereg_mr(self, rec: MrRecord, addr: int, length: int, access: int,
+                 pd_id: int) -> int:
+        """``ibv_rereg_mr`` in the kernel: new translation/access/PD; an errno, 0 if done.
+
+        The checks are ``ibv_reg_mr``'s (§5.2) on the new values; on failure the MR keeps
+        its old values (mlx5/rxe rereg either applies all or nothing).
+        """
+        args = (addr, length, access)
+        pinned = rec.npages
+        self.node.pinned_pages -= pinned        # the old pages are released first
+        code = self._reg_errno(addr, length, access, replacing=1)
+        if code:
+            self.node.pinned_pages += pinned
+            self.node.fabric.trace.append(self.face, "rereg_mr", args, code, None, False)
+            return code
+        odp = bool(access & V.ibv_access_flags.IBV_ACCESS_ON_DEMAND)
+        rec.addr, rec.length, rec.pd_id = addr, length, pd_id
+        rec.access = self._effective_access(access)
+        rec.npages = 0 if odp else _npages(addr, length)
+        self.node.pinned_pages += rec.npages
+        self.node.fabric.trace.append(self.face, "rereg_mr", args, 0, rec.lkey, False)
+        return 0
+
     def dereg_mr(self, rec: MrRecord) -> None:
         """``ibv_dereg_mr``; an injected failure leaves the MR registered."""
         args = (rec.addr, rec.length, rec.lkey)
@@ -200,8 +223,11 @@ class Nic:
             access &= ~int(V.ibv_access_flags.IBV_ACCESS_RELAXED_ORDERING)
         return access
 
-    def _reg_errno(self, addr: int, length: int, access: int) -> int:
-        """The errno ``ibv_reg_mr`` fails with, in the kernel's order of checks; 0 if none."""
+    def _reg_errno(self, addr: int, length: int, access: int, replacing: int = 0) -> int:
+        """The errno ``ibv_reg_mr`` fails with, in the kernel's order of checks; 0 if none.
+
+        ``replacing``: MRs this call replaces (a rereg does not count against ``max_mr``).
+        """
         F = V.ibv_access_flags
         p = self.profile
         access = self._effective_access(access)
@@ -213,6 +239,10 @@ class Nic:
         # §5.2: ON_DEMAND unsupported
         if odp and not p.odp_supported:
             return p.odp_unsupported_errno
+        # implicit ODP (NULL, SIZE_MAX) needs IBV_ODP_SUPPORT_IMPLICIT (mlx5 mr.c
+        # create_user_odp_mr: EINVAL without it)
+        if odp and addr == 0 and length == U64 - 1 and not p.odp_general_caps & 0b10:
+            return errno.EINVAL
         # §5.2: length 0 (npages == 0; erdma/efa check it explicitly)
         if length == 0:
             return errno.EINVAL
@@ -231,7 +261,7 @@ class Nic:
             if not self.node.pinnable(addr, length, write=bool(access & WRITABLE_ACCESS)):
                 return errno.EFAULT
         # §5.2: device out of MR resources (max_mr): ENOMEM (erdma) / EAGAIN (mlx5)
-        if len(self._mrs) >= int(self.attr["max_mr"]):
+        if len(self._mrs) - replacing >= int(self.attr["max_mr"]):
             return p.mr_exhausted_errno
         return 0
 

@@ -9,8 +9,14 @@ Order of checks, and the completion status each failure gives:
    ``mr_check_range``). An SGE that spans two adjacent MRs fails here.
 4. The peer QP exists (by the AH's GID or LID and the dest QPN), is connected back to this
    QP and is in RTR/RTS → else ``IBV_WC_RETRY_EXC_ERR`` (12) [inferred: nobody answers].
-5. RDMA WRITE/READ: the remote range lies inside the MR named by rkey, of the peer's PD,
-   with REMOTE_WRITE/REMOTE_READ → else ``IBV_WC_REM_ACCESS_ERR`` (10) (§5.3).
+5. RDMA WRITE/READ, in the responder's order (rxe_resp.c): the peer QP's
+   ``qp_access_flags`` allow the operation (``check_op_valid``) → else the profile's
+   status (rxe: ``IBV_WC_REM_INV_REQ_ERR`` (9), a NAK "invalid request"); a READ finds
+   responder resources, ``max_dest_rd_atomic`` > 0 (``check_resource``) → else
+   ``IBV_WC_REM_INV_REQ_ERR``; the remote range lies inside the MR named by rkey, of the
+   peer's PD, with REMOTE_WRITE/REMOTE_READ (``check_rkey``) → else
+   ``IBV_WC_REM_ACCESS_ERR`` (10) (§5.3). A READ on a QP whose own ``max_rd_atomic`` is 0
+   never starts (rxe_req.c ``check_init_depth``; see ``QP.post_send``).
 6. SEND: the peer has a receive posted → else ``IBV_WC_RNR_RETRY_EXC_ERR`` (13); its SGEs are
    checked like (3) on the peer [inferred from IB semantics].
 
@@ -173,9 +179,17 @@ def execute_send(qp: QP, wr: SendWR) -> WC | None:
     pspace = peer.nic.node.space
     if opcode == Op.IBV_WR_SEND:
         return _send(qp, peer, wr, local, total, done)
-    rec = peer.nic.mr_by_key(wr.rkey)
     want = F.IBV_ACCESS_REMOTE_WRITE if opcode == Op.IBV_WR_RDMA_WRITE else \
         F.IBV_ACCESS_REMOTE_READ
+    # rxe_resp.c check_op_valid: the responder QP must allow the operation
+    # (qp_access_flags), else it NAKs before looking at any key
+    if not peer.attr.qp_access_flags & want:
+        return done(int(peer.nic.profile.qp_access_violation_status))
+    # rxe_resp.c check_resource: a READ needs responder resources (max_dest_rd_atomic);
+    # with none the responder NAKs "invalid request"
+    if opcode == Op.IBV_WR_RDMA_READ and peer.attr.max_dest_rd_atomic == 0:
+        return done(int(St.IBV_WC_REM_INV_REQ_ERR))
+    rec = peer.nic.mr_by_key(wr.rkey)
     if rec is None or rec.pd_id != peer.pd.pd_id or not rec.contains(wr.remote_addr, total) \
             or not rec.access & want:
         return done(int(St.IBV_WC_REM_ACCESS_ERR))
