@@ -20,12 +20,13 @@ from .strings import gid_str
 if TYPE_CHECKING:
     from .node import Nic, Node
 
-__all__ = ["Context", "Device", "DeviceAttr", "DeviceAttrEx", "GIDEntry", "ODPCaps",
-           "PortAttr", "TSOCaps", "bind_context", "device_list_function"]
+__all__ = ["CONTEXT_NOT_MODELLED", "Context", "Device", "DeviceAttr", "DeviceAttrEx",
+           "GIDEntry", "ODPCaps", "PortAttr", "TSOCaps", "bind_context",
+           "device_list_function"]
 
 # Context methods of rdma-core's pyverbs that the fake does not model: present (hasattr
 # is True, as on the real class), raising NotModelledError when called
-_CONTEXT_NOT_MODELLED = frozenset({"query_port_speed", "get_async_event",
+CONTEXT_NOT_MODELLED = frozenset({"query_port_speed", "get_async_event",
                                    "query_rt_values_ex", "cmd_fd", "context"})
 
 
@@ -256,7 +257,7 @@ class Context:
         return 0xFFFF
 
     def __getattr__(self, name: str) -> Any:
-        if name in _CONTEXT_NOT_MODELLED:
+        if name in CONTEXT_NOT_MODELLED:
             def not_modelled(*args: object, **kwargs: object) -> Any:
                 raise NotModelledError(f"kvreg's fake pyverbs does not model "
                                        f"Context.{name} ({COVERAGE_HINT})")

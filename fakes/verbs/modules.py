@@ -11,6 +11,7 @@ but does not model exists, as on the real module (``hasattr`` is True), and rais
 
 from __future__ import annotations
 
+import errno
 import importlib.abc
 import importlib.machinery
 import sys
@@ -149,9 +150,7 @@ def build_modules(node: Node) -> dict[str, types.ModuleType]:
 
 def _rdma_errno(msg: str) -> errors.PyverbsRDMAError:
     """pyverbs' ``PyverbsRDMAErrno(msg)``: the error with the current errno (here EIO)."""
-    import errno as _errno
-
-    return errors.PyverbsRDMAError(msg, _errno.EIO)
+    return errors.PyverbsRDMAError(msg, errno.EIO)
 
 
 MODELLED: tuple[str, ...] = ("pyverbs", "pyverbs.pyverbs_error", "pyverbs.device",

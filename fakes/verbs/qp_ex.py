@@ -20,11 +20,11 @@ from .qp import QP
 from .qp_attr import QPAttr, QPInitAttrEx
 from .wr import SGE, SendWR
 
-__all__ = ["QPEx"]
+__all__ = ["QPEX_NOT_MODELLED", "QPEx"]
 
 # QPEx methods of rdma-core's pyverbs that the fake does not model (present, as on the
 # real class, but raising NotModelledError when called)
-_NOT_MODELLED = frozenset({
+QPEX_NOT_MODELLED = frozenset({
     "wr_atomic_cmp_swp", "wr_atomic_fetch_add", "wr_atomic_write", "wr_bind_mw",
     "wr_local_inv", "wr_rdma_write_imm", "wr_send_imm", "wr_send_inv", "wr_send_tso",
     "wr_set_inline_data", "wr_set_inline_data_list", "wr_set_ud_addr", "wr_set_xrc_srqn",
@@ -108,7 +108,7 @@ class QPEx(QP):
         self._batch, self._cur = None, None
 
     def __getattr__(self, name: str) -> Any:
-        if name in _NOT_MODELLED:
+        if name in QPEX_NOT_MODELLED:
             def not_modelled(*args: object, **kwargs: object) -> None:
                 raise NotModelledError(f"kvreg's fake pyverbs does not model QPEx.{name} "
                                        f"({COVERAGE_HINT})")
