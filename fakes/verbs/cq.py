@@ -27,7 +27,7 @@ from typing import Any
 
 from . import enums as V
 from .device import Context
-from .errors import PyverbsRDMAError, PyverbsUserError
+from .errors import PyverbsRDMAError, PyverbsUserError, StandIns
 
 __all__ = ["CQ", "CQEX", "WC", "CompChannel", "CqInitAttrEx", "PollCqAttr"]
 
@@ -115,8 +115,10 @@ def _cqe_count(cqe: Any) -> int:
     return int(cqe)
 
 
-class CQ:
+class CQ(StandIns):
     """A completion queue of ``cqe`` entries on a Context."""
+
+    NOT_MODELLED_ATTRS = frozenset({"resize"})
 
     def __init__(self, creator: Context, cqe: int, cq_context: Any = None,
                  channel: CompChannel | None = None, comp_vector: int = 0) -> None:
@@ -213,12 +215,11 @@ class CQ:
 class CqInitAttrEx:
     """``ibv_cq_init_attr_ex``: the CQEX's size, channel, vector and ``wc_flags``."""
 
-    def __init__(self, cqe: int = 100, cq_context: Any = None,
-                 channel: CompChannel | None = None, comp_vector: int = 0,
-                 wc_flags: int = 0, comp_mask: int = 0, flags: int = 0,
-                 parent_domain: Any = None) -> None:
+    def __init__(self, cqe: int = 100, channel: CompChannel | None = None,
+                 comp_vector: int = 0, wc_flags: int = 0, comp_mask: int = 0,
+                 flags: int = 0, parent_domain: Any = None) -> None:
         self.cqe = cqe
-        self.cq_context = cq_context
+        self.cq_context: Any = None
         self.comp_channel = channel
         self.comp_vector = comp_vector
         self.wc_flags = wc_flags
@@ -234,8 +235,12 @@ class PollCqAttr:
         self.comp_mask = 0
 
 
-class CQEX(CQ):
+class CQEX(CQ, StandIns):
     """``ibv_create_cq_ex``: polled one completion at a time (``start_poll``...)."""
+
+    NOT_MODELLED_ATTRS = frozenset({"read_completion_wallclock_ns", "read_cvlan",
+                                    "read_flow_tag", "read_timestamp", "read_tm_info",
+                                    "resize"})
 
     def __init__(self, creator: Context, init_attr: CqInitAttrEx | None = None) -> None:
         attr = init_attr if init_attr is not None else CqInitAttrEx()
@@ -275,11 +280,12 @@ class CQEX(CQ):
 
     @property
     def status(self) -> int:
-        return self._wc().status
+        """The current completion's status (0, the zeroed field, before any poll)."""
+        return self._cur.status if self._cur is not None else 0
 
     @property
     def wr_id(self) -> int:
-        return self._wc().wr_id
+        return self._cur.wr_id if self._cur is not None else 0
 
     def read_opcode(self) -> int:
         return self._wc().opcode

@@ -15,8 +15,18 @@ from typing import Any
 from ..faults import register_points
 from .enums import ibv_wc_status
 
-__all__ = ["COVERAGE_HINT", "VERBS_POINTS", "NotModelledError", "PyverbsError", "PyverbsRDMAError",
-           "PyverbsUserError", "UntrackedMemoryError", "errno_name", "wc_status_str"]
+__all__ = [
+    "COVERAGE_HINT",
+    "VERBS_POINTS",
+    "NotModelledError",
+    "PyverbsError",
+    "PyverbsRDMAError",
+    "PyverbsUserError",
+    "StandIns",
+    "UntrackedMemoryError",
+    "errno_name",
+    "wc_status_str",
+]
 
 
 # where an unmodelled name's error sends the reader
@@ -72,6 +82,26 @@ class UntrackedMemoryError(RuntimeError):
     The fake only copies bytes between ranges it knows are backed by a live buffer (a
     tracked real buffer, or one pyverbs allocated); anything else could crash the process.
     """
+
+
+class StandIns:
+    """Mixin: real methods and properties the fake does not model exist on the object
+    (``hasattr`` is True, as on the real class) and raise NotModelledError when called.
+
+    A class lists them in ``NOT_MODELLED_ATTRS``.
+    """
+
+    NOT_MODELLED_ATTRS: frozenset[str] = frozenset()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in type(self).NOT_MODELLED_ATTRS:
+            owner = type(self).__name__
+
+            def not_modelled(*args: object, **kwargs: object) -> Any:
+                raise NotModelledError(f"kvreg's fake pyverbs does not model {owner}.{name} "
+                                       f"({COVERAGE_HINT})")
+            return not_modelled
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
 
 
 def errno_name(code: int) -> str:

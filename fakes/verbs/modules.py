@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import importlib.abc
 import importlib.machinery
+import logging
 import sys
 import types
 from collections.abc import Iterator, Mapping, Sequence
@@ -42,11 +43,11 @@ __all__ = ["MODELLED", "NOT_MODELLED", "build_modules", "patch_pyverbs"]
 # real pyverbs names the fake knows of but does not implement (§4.1; rdma-core v44): they
 # exist, as on the real module, and raise NotModelledError when used
 NOT_MODELLED: dict[str, tuple[str, ...]] = {
-    "pyverbs.device": ("DM", "AllocDmAttr", "QueryDeviceExInput", "AsyncEvent",
+    "pyverbs.device": ("DM", "DMMR", "AllocDmAttr", "QueryDeviceExInput", "AsyncEvent",
                        "CQModerationCaps", "PCIAtomicCaps", "PacketPacingCaps", "RSSCaps",
                        "TMCaps", "rdma_get_devices"),
-    "pyverbs.mr": ("MREx", "DmaBufMR", "DMMR", "MW", "MWBindInfo", "MWBind", "Buf", "BufMR",
-                   "mwtype2str"),
+    # MREx: newer than rdma-core v44 (mooncake-verbs.md §4.4)
+    "pyverbs.mr": ("MREx", "DmaBufMR", "DMMR", "MW", "MWBindInfo", "MWBind", "mwtype2str"),
     "pyverbs.cq": ("WcTmInfo",),
     "pyverbs.qp": ("DataBuffer", "ECE"),
     "pyverbs.addr": ("AH", "GRH"),
@@ -114,7 +115,8 @@ def build_modules(node: Node) -> dict[str, types.ModuleType]:
         "pyverbs.pd": _module("pyverbs.pd", "protection domains",
                               {"PD": pd.PD, **_EXC, **errno_fn}),
         "pyverbs.mr": _module("pyverbs.mr", "memory regions", {
-            "MR": mr.MR, "rereg_error_to_str": strings.rereg_error_to_str, **_EXC,
+            "MR": mr.MR, "rereg_error_to_str": strings.rereg_error_to_str,
+            "HUGE_PAGE_SIZE": 2 << 20, **_EXC,
             **errno_fn}),
         "pyverbs.cq": _module("pyverbs.cq", "completion queues", {
             "CQ": cq.CQ, "WC": cq.WC, "CompChannel": cq.CompChannel, "CQEX": cq.CQEX,
@@ -136,7 +138,9 @@ def build_modules(node: Node) -> dict[str, types.ModuleType]:
             "PyverbsRDMAError": errors.PyverbsRDMAError,
             "PyverbsUserError": errors.PyverbsUserError, **errno_fn}),
         "pyverbs.base": _module("pyverbs.base", "base helpers", {
-            "PyverbsRDMAErrno": _rdma_errno, "PyverbsRDMAError": errors.PyverbsRDMAError}),
+            "PyverbsRDMAErrno": _rdma_errno, "PyverbsRDMAError": errors.PyverbsRDMAError,
+            "LOG_LEVEL": logging.INFO,
+            "LOG_FORMAT": "[%(levelname)s] %(asctime)s %(filename)s:%(lineno)s: %(message)s"}),
         "pyverbs.utils": _module("pyverbs.utils", "string helpers", {
             **_fns(_UTILS), "PyverbsUserError": errors.PyverbsUserError}),
         "pyverbs.enums": old_generation_module("pyverbs.enums"),

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import enums as V
 from .cints import SIZE_MAX, c_int, c_size_t, c_uint
-from .errors import NotModelledError, PyverbsRDMAError, PyverbsUserError
+from .errors import NotModelledError, PyverbsRDMAError, PyverbsUserError, StandIns
 from .memory import classify
 from .node import FabricLike, MrRecord, Nic, Node
 from .pd import PD
@@ -35,8 +35,10 @@ def _gc_release(nic: Nic, rec: MrRecord, node: Node, owned: int | None) -> None:
         node.free(owned)
 
 
-class MR:
+class MR(StandIns):
     """A registered memory region with ``buf``, ``lkey``, ``rkey``, ``length`` (§4.4)."""
+
+    NOT_MODELLED_ATTRS = frozenset({"unimport"})
 
     def __init__(self, creator: PD, length: int = 0, access: int = 0,
                  address: int | None = None, implicit: bool = False,

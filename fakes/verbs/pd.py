@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from .device import Context
 from .enums import ibv_access_flags
-from .errors import PyverbsRDMAError, PyverbsUserError
+from .errors import PyverbsRDMAError, PyverbsUserError, StandIns
 
 if TYPE_CHECKING:
     from .node import Nic
@@ -20,8 +20,10 @@ if TYPE_CHECKING:
 __all__ = ["PD"]
 
 
-class PD:
+class PD(StandIns):
     """``ibv_alloc_pd`` on a Context; closing it closes its MRs and QPs (weakrefs)."""
+
+    NOT_MODELLED_ATTRS = frozenset({"handle", "pd", "unimport"})
 
     def __init__(self, creator: Context, **kwargs: Any) -> None:
         self._closed = True

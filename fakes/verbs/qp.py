@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from . import enums as V
 from .cq import CQ, WC
 from .device import Context
-from .errors import COVERAGE_HINT, NotModelledError, PyverbsRDMAError, PyverbsUserError
+from .errors import COVERAGE_HINT, NotModelledError, PyverbsRDMAError, PyverbsUserError, StandIns
 from .pd import PD
 from .qp_attr import (
     FIELDS_BY_MASK,
@@ -55,8 +55,10 @@ def _copied(value: Any) -> Any:
     return copy.copy(value) if not isinstance(value, int) else value
 
 
-class QP:
+class QP(StandIns):
     """A queue pair; only RC carries traffic in the fake."""
+
+    NOT_MODELLED_ATTRS = frozenset({"bind_mw", "query_data_in_order", "query_ece", "set_ece"})
 
     def __init__(self, creator: PD | Context, init_attr: QPInitAttr,
                  qp_attr: QPAttr | None = None) -> None:

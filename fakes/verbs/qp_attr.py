@@ -23,6 +23,7 @@ from typing import Any
 
 from .addr import AHAttr
 from .enums import ibv_mtu, ibv_qp_attr_mask, ibv_qp_state, ibv_qp_type
+from .errors import StandIns
 
 __all__ = ["FIELDS_BY_MASK", "PYVERBS_MASKS", "REQUIRED_MASKS", "QPAttr", "QPCap",
            "QPInitAttr", "QPInitAttrEx", "c_int_of"]
@@ -105,9 +106,11 @@ class QPInitAttr:
     max_inline_data = _cap_property("max_inline_data")
 
 
-class QPInitAttrEx(QPInitAttr):
+class QPInitAttrEx(QPInitAttr, StandIns):
     """``ibv_qp_init_attr_ex``: adds the PD, ``comp_mask`` and the ``send_ops_flags`` that
     enable the ``QPEx`` work-request API (``wr_rdma_write``, ``wr_rdma_read``, ...)."""
+
+    NOT_MODELLED_ATTRS = frozenset({"flags_to_str", "mask_to_str"})
 
     def __init__(self, qp_type: int = int(T.IBV_QPT_UD), qp_context: Any = None,
                  scq: Any = None, rcq: Any = None, srq: Any = None, cap: QPCap | None = None,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import enums as V
-from .errors import COVERAGE_HINT, NotModelledError, PyverbsRDMAError, PyverbsUserError
+from .errors import PyverbsRDMAError, PyverbsUserError
 from .qp import QP
 from .qp_attr import QPAttr, QPInitAttrEx
 from .wr import SGE, SendWR
@@ -36,6 +36,8 @@ _WR = V.ibv_wr_opcode
 class QPEx(QP):
     """An extended QP; build it with a ``QPInitAttrEx`` that names its PD and send ops."""
 
+    NOT_MODELLED_ATTRS = QP.NOT_MODELLED_ATTRS | QPEX_NOT_MODELLED
+
     def __init__(self, creator: Any, init_attr: QPInitAttrEx,
                  qp_attr: QPAttr | None = None) -> None:
         if not isinstance(init_attr, QPInitAttrEx):
@@ -44,6 +46,7 @@ class QPEx(QP):
         super().__init__(pd, init_attr, qp_attr)
         self.send_ops_flags = int(init_attr.send_ops_flags)
         self.comp_mask = int(init_attr.comp_mask)
+        self.ind_table = init_attr.ind_table
         self.wr_id = 0
         self.wr_flags = 0
         self._batch: list[SendWR] | None = None
@@ -106,11 +109,3 @@ class QPEx(QP):
 
     def wr_abort(self) -> None:
         self._batch, self._cur = None, None
-
-    def __getattr__(self, name: str) -> Any:
-        if name in QPEX_NOT_MODELLED:
-            def not_modelled(*args: object, **kwargs: object) -> None:
-                raise NotModelledError(f"kvreg's fake pyverbs does not model QPEx.{name} "
-                                       f"({COVERAGE_HINT})")
-            return not_modelled
-        raise AttributeError(f"'QPEx' object has no attribute {name!r}")
