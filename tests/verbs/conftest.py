@@ -112,4 +112,4 @@ def kit() -> Any:
     under --import-mode=importlib)."""
     import types
 
-    return types.SimpleNamespace(make_side=make_side, connect=connect, RW=RW)
+    return types.SimpleNamespace(make_side=make_side, connect=connect, RW=RW, Side=Side)
