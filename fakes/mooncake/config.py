@@ -30,7 +30,7 @@ class ReplicateConfig:
 class MooncakeHostMemAllocator:
     """``alloc(size) -> int`` / ``free(ptr)``: host memory on the fake node.
 
-    Small allocations are real (and tracked, so transfers move bytes); big ones are virtual.
+    Small allocations are real (and tracked, so traces name them); big ones are virtual.
     """
 
     _node: ClassVar[Node | None] = None

@@ -101,7 +101,8 @@ class FakeMooncake:
         return self.store_class(node)()
 
     def track(self, obj: Any, *, name: str = "", node: str | None = None) -> Any:
-        """Tell the node about a real buffer, so puts and gets copy its bytes."""
+        """Name a real buffer in traces and leak reports (optional: registered process
+        memory moves whether tracked or not)."""
         return self.node(node).track(obj, name=name)
 
     def virtual(self, shape: Sequence[int] | int, dtype: Any = "uint8", *, name: str = "",

@@ -6,8 +6,9 @@ store error (§1.1). Before ``setup`` (and after ``close``) the real binding wou
 dereference a null client; the fake returns INVALID_PARAMS (-600) instead, ``[]`` for
 ``batch_put_from_multi_buffers`` (which really checks), ``b""`` for ``get``.
 
-Data really moves for tracked real buffers, so put-then-get round trips can be compared
-byte for byte; objects put from virtual memory have a size but no bytes (see
+Data really moves for process memory (tracked or not: ``register_buffer`` checks the range
+is mapped, as pinning does), so put-then-get round trips can be compared byte for byte;
+objects put from virtual memory have a size but no bytes (see
 :mod:`kvreg.fakes.verbs.memory`).
 """
 

@@ -77,10 +77,12 @@ class NotModelledError(NotImplementedError):
 
 
 class UntrackedMemoryError(RuntimeError):
-    """An RDMA or store transfer touched real memory the fake was not told about.
+    """An RDMA or store transfer touched memory that is not mapped in this process.
 
-    The fake only copies bytes between ranges it knows are backed by a live buffer (a
-    tracked real buffer, or one pyverbs allocated); anything else could crash the process.
+    Registered process memory is read and written in place (tracked or not); a range that
+    was unmapped after it was registered cannot be, since copying there would crash the
+    process (a real NIC would still reach the pinned pages). The name is kept from when
+    every real buffer had to be tracked.
     """
 
 
