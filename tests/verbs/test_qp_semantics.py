@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvreg.fakes.verbs import Fabric, PyverbsRDMAError
 from kvreg.fakes.verbs.enums import ibv_access_flags as A
@@ -285,3 +287,42 @@ def test_cq_comp_vector_and_cqe_conversion(fabric: Fabric) -> None:
     assert C(ctx, 10.0).cqe == 10                   # type: ignore[arg-type]
     with pytest.raises(TypeError):
         C(ctx, "10")                                # type: ignore[arg-type]
+
+
+# single-field mask bits whose values the device does not bound (ibv_qp_attr_mask)
+_SCALAR_BITS = {
+    int(M.IBV_QP_EN_SQD_ASYNC_NOTIFY): "en_sqd_async_notify",
+    int(M.IBV_QP_ACCESS_FLAGS): "qp_access_flags", int(M.IBV_QP_PKEY_INDEX): "pkey_index",
+    int(M.IBV_QP_QKEY): "qkey", int(M.IBV_QP_PATH_MTU): "path_mtu",
+    int(M.IBV_QP_TIMEOUT): "timeout", int(M.IBV_QP_RETRY_CNT): "retry_cnt",
+    int(M.IBV_QP_RNR_RETRY): "rnr_retry", int(M.IBV_QP_RQ_PSN): "rq_psn",
+    int(M.IBV_QP_MIN_RNR_TIMER): "min_rnr_timer", int(M.IBV_QP_SQ_PSN): "sq_psn",
+    int(M.IBV_QP_PATH_MIG_STATE): "path_mig_state", int(M.IBV_QP_DEST_QPN): "dest_qp_num",
+    int(M.IBV_QP_RATE_LIMIT): "rate_limit",
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sets(st.sampled_from(sorted(_SCALAR_BITS))), st.integers(1, 250))
+def test_modify_changes_exactly_the_masked_fields(bits: set[int], value: int) -> None:
+    # rxe_qp_from_attr, field by field: a bit in the mask copies its field, nothing else
+    f = Fabric(devices={"mlx5_0": "mlx5"})
+    m = f.node().modules
+    ctx = m["pyverbs.device"].Context(name="mlx5_0")
+    pd, cq, Q = m["pyverbs.pd"].PD(ctx), m["pyverbs.cq"].CQ(ctx, 8), m["pyverbs.qp"]
+    start = Q.QPAttr()
+    start.qp_access_flags = RW
+    qp = Q.QP(pd, Q.QPInitAttr(qp_type=int(T.IBV_QPT_RC), scq=cq, rcq=cq, cap=Q.QPCap()),
+              start)
+    before, _ = qp.query(0)
+    new = Q.QPAttr()
+    for field in _SCALAR_BITS.values():
+        setattr(new, field, value)
+    mask = 0
+    for bit in bits:
+        mask |= bit
+    qp.modify(new, mask)
+    after, _ = qp.query(0)
+    for bit, field in _SCALAR_BITS.items():
+        want = value if bit in bits else getattr(before, field)
+        assert getattr(after, field) == want, field
