@@ -232,7 +232,8 @@ class Context:
         return self._gid_entry(port_num, gid_index, "Failed to query gid")
 
     def query_gid_table(self, max_entries: int, flags: int = 0) -> list[GIDEntry]:
-        """``ibv_query_gid_table``: one entry per port, at most ``max_entries``."""
+        """``ibv_query_gid_table``: one entry per port; EINVAL when ``max_entries`` cannot
+        hold them [inferred]."""
         self._check_open("Failed to query gid table")
         entries = [self._gid_entry(p.num, 0, "Failed to query gid table")
                    for p in self._nic.ports]
