@@ -3,7 +3,8 @@
 ``FakeMooncake(profile)`` — ``"released"`` (≤ v0.3.12.post1) or ``"head"`` — builds
 ``MooncakeDistributedStore`` objects whose methods return what the real binding returns
 (negative ``ErrorCode`` ints, never exceptions), whose ``register_buffer`` makes MRs on the
-node's fake NICs, and whose put/get really move bytes between tracked real buffers. Fault
+node's fake NICs, and whose put/get move the bytes of registered process memory in place
+(numpy arrays, bytearrays, torch CPU tensors; no tracking call needed). Fault
 points: ``mooncake.setup``, ``mooncake.register_buffer``, ``mooncake.unregister_buffer``,
 ``mooncake.put`` and ``mooncake.get`` (checked once per key), ``mooncake.is_exist``,
 ``mooncake.remove``.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from ..verbs.fabric import Node
+    from ..verbs.node import Node
 
 __all__ = ["MooncakeHostMemAllocator", "ReplicateConfig", "bind_allocator", "bind_to_numa_node"]
 
@@ -30,7 +30,7 @@ class ReplicateConfig:
 class MooncakeHostMemAllocator:
     """``alloc(size) -> int`` / ``free(ptr)``: host memory on the fake node.
 
-    Small allocations are real (and tracked, so transfers move bytes); big ones are virtual.
+    Small allocations are real (and tracked, so traces name them); big ones are virtual.
     """
 
     _node: ClassVar[Node | None] = None

@@ -15,7 +15,7 @@ import os
 import types
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..address_space import VirtualTensor
@@ -23,20 +23,12 @@ from ..faults import FaultRule
 from ..verbs.fabric import Fabric, Node
 from ..verbs.modules import patch_modules
 from .config import ReplicateConfig, bind_allocator, bind_to_numa_node
+from .deployment import Cluster
 from .errors import ErrorCode, error_name
 from .profiles import StoreProfile, get_store_profile
-from .session import StoredObject
 from .store import MooncakeDistributedStore, bind_store
 
 __all__ = ["Cluster", "FakeMooncake", "LiveBuffer"]
-
-
-@dataclass(eq=False)
-class Cluster:
-    """The objects behind one master address."""
-
-    master: str
-    objects: dict[str, StoredObject] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -109,7 +101,8 @@ class FakeMooncake:
         return self.store_class(node)()
 
     def track(self, obj: Any, *, name: str = "", node: str | None = None) -> Any:
-        """Tell the node about a real buffer, so puts and gets copy its bytes."""
+        """Name a real buffer in traces and leak reports (optional: registered process
+        memory moves whether tracked or not)."""
         return self.node(node).track(obj, name=name)
 
     def virtual(self, shape: Sequence[int] | int, dtype: Any = "uint8", *, name: str = "",

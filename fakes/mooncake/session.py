@@ -11,17 +11,15 @@ import inspect
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..verbs import memory
 from ..verbs.enums import ibv_access_flags as F
-from ..verbs.fabric import Nic, Node
+from ..verbs.node import Nic, Node
 from .config import ReplicateConfig
+from .deployment import Cluster, Deployment, StoredObject
 from .errors import ErrorCode
 from .transfer_engine import FakeTransferEngine
-
-if TYPE_CHECKING:
-    from .fake import Cluster, FakeMooncake
 
 __all__ = ["Client", "Session", "StoredObject", "atoll"]
 
@@ -31,14 +29,6 @@ NOT_FOUND = int(ErrorCode.OBJECT_NOT_FOUND)
 TRANSFER_FAIL = int(ErrorCode.TRANSFER_FAIL)
 PROTOCOLS = ("rdma", "tcp", "efa", "cxi")
 Parts = Sequence[tuple[int, int]]
-
-
-@dataclass
-class StoredObject:
-    """A stored value: its size, and its bytes (None when it was put from virtual memory)."""
-
-    size: int
-    data: bytes | None
 
 
 @dataclass(eq=False)
@@ -75,7 +65,7 @@ _SETUP = inspect.signature(_setup_args)
 class Session:
     """One store object's state; ``client`` is None before setup and after close."""
 
-    def __init__(self, fake: FakeMooncake, node: Node) -> None:
+    def __init__(self, fake: Deployment, node: Node) -> None:
         self.fake = fake
         self.node = node
         self.client: Client | None = None

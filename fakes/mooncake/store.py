@@ -6,22 +6,22 @@ store error (§1.1). Before ``setup`` (and after ``close``) the real binding wou
 dereference a null client; the fake returns INVALID_PARAMS (-600) instead, ``[]`` for
 ``batch_put_from_multi_buffers`` (which really checks), ``b""`` for ``get``.
 
-Data really moves for tracked real buffers, so put-then-get round trips can be compared
-byte for byte; objects put from virtual memory have a size but no bytes (see
+Data really moves for process memory (tracked or not: ``register_buffer`` checks the range
+is mapped, as pinning does), so put-then-get round trips can be compared byte for byte;
+objects put from virtual memory have a size but no bytes (see
 :mod:`kvreg.fakes.verbs.memory`).
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
+from ..verbs.errors import NotModelledError
 from .config import ReplicateConfig
+from .deployment import Deployment
 from .errors import ErrorCode
 from .session import Client, Session
-
-if TYPE_CHECKING:
-    from .fake import FakeMooncake
 
 __all__ = ["MooncakeDistributedStore", "bind_store"]
 
@@ -64,7 +64,7 @@ def _int(value: Any, what: str) -> int:
 class MooncakeDistributedStore:
     """The fake store client; build it through ``FakeMooncake`` (``fake.store()``)."""
 
-    _fake: ClassVar[FakeMooncake | None] = None
+    _fake: ClassVar[Deployment | None] = None
     _node_name: ClassVar[str | None] = None
 
     def __init__(self) -> None:
@@ -72,16 +72,19 @@ class MooncakeDistributedStore:
         if fake is None:
             raise RuntimeError("this MooncakeDistributedStore class belongs to no "
                                "FakeMooncake; use fake.store() or fake.patch()")
-        self._owner: FakeMooncake = fake
+        self._owner: Deployment = fake
         self._s = Session(fake, fake.fabric.node(type(self)._node_name))
         fake.stores.append(self)
 
     def __getattr__(self, name: str) -> Any:
+        # a real method the fake does not model exists (hasattr is True, as on the real
+        # class) but raises NotModelledError naming the coverage when called
         if name in _NOT_MODELLED:
-            from ..verbs.errors import NotModelledError
-
-            raise NotModelledError(f"kvreg's fake MooncakeDistributedStore does not model "
-                                   f"{name}()")
+            def not_modelled(*args: object, **kwargs: object) -> Any:
+                raise NotModelledError(f"kvreg's fake MooncakeDistributedStore does not model "
+                                       f"{name}() (COVERAGE: the fake's modelled methods are "
+                                       "those of kvreg.fakes.mooncake.store)")
+            return not_modelled
         raise AttributeError(f"'MooncakeDistributedStore' object has no attribute {name!r}")
 
     @property
@@ -240,7 +243,7 @@ class MooncakeDistributedStore:
         return sorted(c.buffers.items()) if c is not None else []
 
 
-def bind_store(fake: FakeMooncake, node: str | None) -> type[MooncakeDistributedStore]:
+def bind_store(fake: Deployment, node: str | None) -> type[MooncakeDistributedStore]:
     """The store class whose instances run on ``node`` of ``fake``'s fabric."""
     return type("MooncakeDistributedStore", (MooncakeDistributedStore,),
                 {"_fake": fake, "_node_name": node, "__module__": "mooncake.store",

@@ -15,7 +15,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from ..verbs.errors import PyverbsRDMAError
-from ..verbs.fabric import MrRecord, Nic, Node
+from ..verbs.node import MrRecord, Nic, Node
 from .errors import TeError
 from .profiles import StoreProfile
 

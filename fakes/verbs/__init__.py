@@ -3,10 +3,13 @@
 ``Fabric`` holds nodes (simulated processes) with NICs; ``node.pyverbs`` — or, inside
 ``fabric.patch(node)``, a plain ``import pyverbs`` — gives the pyverbs surface that
 registration and transfer code uses: devices, contexts, PDs, MRs with the errno rules of
-``ibv_reg_mr``, RC QPs whose RDMA WRITE/READ move real bytes and fail with the protection
+``ibv_reg_mr`` (an unmapped range fails with EFAULT, as pinning does), RC QPs whose RDMA
+WRITE/READ/SEND move the bytes of registered process memory in place and fail with the
 completions of real NICs. Every fabric is independent; nothing here is global except the
 fault-point names (``verbs.reg_mr``, ``verbs.dereg_mr``, ``verbs.post_send``,
-``verbs.post_recv``, ``verbs.completion``).
+``verbs.post_recv``, ``verbs.completion``) and the cached view of this process's mappings
+(:mod:`.procmaps`). What is not modelled is listed by ``python -m
+kvreg.fakes.verbs.coverage``.
 """
 
 from __future__ import annotations

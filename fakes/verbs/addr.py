@@ -73,7 +73,12 @@ class AHAttr:
         self.static_rate = static_rate
         self.is_global = is_global
         self.port_num = port_num
+        # pyverbs returns None for the GRH fields of a non-global AH
         self.dgid: str | None = None
+        self.flow_label: int | None = None
+        self.sgid_index: int | None = None
+        self.hop_limit: int | None = None
+        self.traffic_class: int | None = None
         if is_global:
             if gr is None:
                 raise PyverbsUserError("Global AH Attr is created but gr parameter is None")

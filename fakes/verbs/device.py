@@ -14,13 +14,20 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import enums as V
 from .addr import GID
-from .errors import PyverbsRDMAError, PyverbsUserError
+from .errors import COVERAGE_HINT, NotModelledError, PyverbsRDMAError, PyverbsUserError
+from .strings import gid_str
 
 if TYPE_CHECKING:
-    from .fabric import Nic, Node
+    from .node import Nic, Node
 
-__all__ = ["Context", "Device", "DeviceAttr", "DeviceAttrEx", "PortAttr", "bind_context",
+__all__ = ["CONTEXT_NOT_MODELLED", "Context", "Device", "DeviceAttr", "DeviceAttrEx",
+           "GIDEntry", "ODPCaps", "PortAttr", "TSOCaps", "bind_context",
            "device_list_function"]
+
+# Context methods of rdma-core's pyverbs that the fake does not model: present (hasattr
+# is True, as on the real class), raising NotModelledError when called
+CONTEXT_NOT_MODELLED = frozenset({"query_port_speed", "get_async_event",
+                                   "query_rt_values_ex", "cmd_fd", "context"})
 
 
 class _ReadOnly:
@@ -57,7 +64,24 @@ class DeviceAttr(_ReadOnly):
 
 
 class DeviceAttrEx(_ReadOnly):
-    """``ibv_device_attr_ex``: ``orig_attr`` is the plain DeviceAttr."""
+    """``ibv_device_attr_ex``: ``orig_attr`` is the plain DeviceAttr; ``odp_caps`` says
+    what on-demand paging the NIC profile advertises."""
+
+
+class ODPCaps(_ReadOnly):
+    """``ibv_odp_caps``: ``general_caps`` (IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_IMPLICIT) and
+    the per-transport ``ibv_odp_transport_cap_bits``."""
+
+
+class TSOCaps(_ReadOnly):
+    """``ibv_tso_caps``: ``max_tso`` and ``supported_qpts`` (no TSO in the fake: zeros)."""
+
+
+class GIDEntry(_ReadOnly):
+    """``ibv_gid_entry`` (``query_gid_ex``): the GID's two halves, index, port, type."""
+
+    def gid_str(self) -> str:
+        return gid_str(int(self.gid_subnet_prefix), int(self.gid_interface_id))
 
 
 class PortAttr(_ReadOnly):
@@ -138,7 +162,7 @@ class Context:
 
     @property
     def num_comp_vectors(self) -> int:
-        return 1
+        return int(self._nic.profile.num_comp_vectors)
 
     # -- queries --------------------------------------------------------------------------
     def _check_open(self, what: str) -> None:
@@ -151,9 +175,19 @@ class Context:
         return DeviceAttr(self._nic.attr)
 
     def query_device_ex(self) -> DeviceAttrEx:
+        """The extended attributes; ODP as the profile advertises it, the rest neutral."""
         self._check_open(f"Failed to query EX device {self._name}")
-        return DeviceAttrEx({"orig_attr": DeviceAttr(self._nic.attr), "comp_mask": 0,
-                             "max_dm_size": 0})
+        prof = self._nic.profile
+        odp = ODPCaps({"general_caps": prof.odp_general_caps, "rc_odp_caps": prof.odp_rc_caps,
+                       "uc_odp_caps": 0, "ud_odp_caps": 0, "xrc_odp_caps": 0})
+        return DeviceAttrEx({
+            "orig_attr": DeviceAttr(self._nic.attr), "comp_mask": 0, "max_dm_size": 0,
+            "odp_caps": odp, "tso_caps": TSOCaps({"max_tso": 0, "supported_qpts": 0}),
+            "phys_port_cnt_ex": len(self._nic.ports), "completion_timestamp_mask": 0,
+            "hca_core_clock": 0, "device_cap_flags_ex": int(self._nic.attr["device_cap_flags"]),
+            "raw_packet_caps": 0, "max_wq_type_rq": 0, "pci_atomic_caps": None,
+            "rss_caps": None, "tm_caps": None, "cq_mod_caps": None,
+            "packet_pacing_caps": None})
 
     def _port(self, port_num: int, what: str) -> Any:
         self._check_open(what)
@@ -179,6 +213,57 @@ class Context:
             raise PyverbsRDMAError(f"Failed to query gid {index} of port {port_num}",
                                    errno.EINVAL)
         return GID(port.gid)
+
+    def _gid_entry(self, port_num: int, index: int, what: str) -> GIDEntry:
+        port = self._port(port_num, what)
+        if index != 0:
+            raise PyverbsRDMAError(what, errno.EINVAL)
+        words = [int(w, 16) for w in port.gid.split(":")]
+        hi = int.from_bytes(b"".join(w.to_bytes(2, "big") for w in words[:4]), "little")
+        lo = int.from_bytes(b"".join(w.to_bytes(2, "big") for w in words[4:]), "little")
+        gid_type = V.ENUMS["ibv_gid_type"]
+        kind = gid_type.IBV_GID_TYPE_IB if port.link_layer == 1 else \
+            gid_type.IBV_GID_TYPE_ROCE_V2
+        return GIDEntry({"gid_subnet_prefix": hi, "gid_interface_id": lo, "gid_index": index,
+                         "port_num": port_num, "gid_type": int(kind), "ndev_ifindex": 0})
+
+    def query_gid_ex(self, port_num: int, gid_index: int, flags: int = 0) -> GIDEntry:
+        """``ibv_query_gid_ex``: the entry of the port's one GID (index 0)."""
+        return self._gid_entry(port_num, gid_index, "Failed to query gid")
+
+    def query_gid_table(self, max_entries: int, flags: int = 0) -> list[GIDEntry]:
+        """``ibv_query_gid_table``: one entry per port; EINVAL when ``max_entries`` cannot
+        hold them [inferred]."""
+        self._check_open("Failed to query gid table")
+        entries = [self._gid_entry(p.num, 0, "Failed to query gid table")
+                   for p in self._nic.ports]
+        if max_entries < len(entries):
+            raise PyverbsRDMAError("Failed to query gid table", errno.EINVAL)
+        return entries
+
+    def query_gid_type(self, port_num: int, index: int) -> int:
+        """``ibv_query_gid_type``: IB_ROCE_V1 (0) on InfiniBand ports, ROCE_V2 (1) on
+        Ethernet ones (``ibv_gid_type_sysfs``)."""
+        self._gid_entry(port_num, index, "Failed to query gid type")
+        sysfs = V.ENUMS["ibv_gid_type_sysfs"]
+        port = self._nic.ports[port_num - 1]
+        return int(sysfs.IBV_GID_TYPE_SYSFS_IB_ROCE_V1 if port.link_layer == 1 else
+                   sysfs.IBV_GID_TYPE_SYSFS_ROCE_V2)
+
+    def query_pkey(self, port_num: int, index: int) -> int:
+        """``ibv_query_pkey``: the default full-membership P_Key 0xffff at index 0."""
+        self._port(port_num, "Failed to query pkey")
+        if index != 0:
+            raise PyverbsRDMAError("Failed to query pkey", errno.EINVAL)
+        return 0xFFFF
+
+    def __getattr__(self, name: str) -> Any:
+        if name in CONTEXT_NOT_MODELLED:
+            def not_modelled(*args: object, **kwargs: object) -> Any:
+                raise NotModelledError(f"kvreg's fake pyverbs does not model "
+                                       f"Context.{name} ({COVERAGE_HINT})")
+            return not_modelled
+        raise AttributeError(f"'Context' object has no attribute {name!r}")
 
     # -- lifetime -------------------------------------------------------------------------
     def add_ref(self, obj: Any) -> None:

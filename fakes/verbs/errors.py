@@ -15,8 +15,22 @@ from typing import Any
 from ..faults import register_points
 from .enums import ibv_wc_status
 
-__all__ = ["VERBS_POINTS", "NotModelledError", "PyverbsError", "PyverbsRDMAError",
-           "PyverbsUserError", "UntrackedMemoryError", "errno_name", "wc_status_str"]
+__all__ = [
+    "COVERAGE_HINT",
+    "VERBS_POINTS",
+    "NotModelledError",
+    "PyverbsError",
+    "PyverbsRDMAError",
+    "PyverbsUserError",
+    "StandIns",
+    "UntrackedMemoryError",
+    "errno_name",
+    "wc_status_str",
+]
+
+
+# where an unmodelled name's error sends the reader
+COVERAGE_HINT = "COVERAGE: python -m kvreg.fakes.verbs.coverage lists what is modelled"
 
 
 class PyverbsError(Exception):
@@ -53,20 +67,43 @@ class PyverbsUserError(PyverbsError):
         super().__init__(msg)
 
 
-class NotModelledError(AttributeError):
-    """A real pyverbs name the fake does not implement (design.md, "The fake's rules").
+class NotModelledError(NotImplementedError):
+    """A real pyverbs (or Mooncake) API the fake does not implement (design.md, "The fake's
+    rules"): using it raises this, naming the coverage table, never a silent stand-in.
 
-    An AttributeError, so ``from pyverbs.mr import DmaBufMR`` fails as an ImportError would
-    on an rdma-core build without it, never with a silent stand-in.
+    The name itself exists, as on the real module (``hasattr`` is True, ``from pyverbs.mr
+    import DmaBufMR`` works); only calling or instantiating it fails.
     """
 
 
 class UntrackedMemoryError(RuntimeError):
-    """An RDMA or store transfer touched real memory the fake was not told about.
+    """An RDMA or store transfer touched memory that is not mapped in this process.
 
-    The fake only copies bytes between ranges it knows are backed by a live buffer (a
-    tracked real buffer, or one pyverbs allocated); anything else could crash the process.
+    Registered process memory is read and written in place (tracked or not); a range that
+    was unmapped after it was registered cannot be, since copying there would crash the
+    process (a real NIC would still reach the pinned pages). The name is kept from when
+    every real buffer had to be tracked.
     """
+
+
+class StandIns:
+    """Mixin: real methods and properties the fake does not model exist on the object
+    (``hasattr`` is True, as on the real class) and raise NotModelledError when called.
+
+    A class lists them in ``NOT_MODELLED_ATTRS``.
+    """
+
+    NOT_MODELLED_ATTRS: frozenset[str] = frozenset()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in type(self).NOT_MODELLED_ATTRS:
+            owner = type(self).__name__
+
+            def not_modelled(*args: object, **kwargs: object) -> Any:
+                raise NotModelledError(f"kvreg's fake pyverbs does not model {owner}.{name} "
+                                       f"({COVERAGE_HINT})")
+            return not_modelled
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
 
 
 def errno_name(code: int) -> str:
@@ -102,7 +139,7 @@ def _wc_status_for(name_or_code: Any) -> int:
 
 def _wc_status_name(code: int) -> str:
     try:
-        return ibv_wc_status(code).name
+        return str(ibv_wc_status(code).name)
     except ValueError:
         return str(code)
 

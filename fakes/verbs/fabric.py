@@ -1,10 +1,11 @@
-"""The fake RDMA fabric: nodes (processes) with NICs, MR tables, memlock accounting.
+"""The fake RDMA fabric: nodes (processes) with NICs, one trace and one fault plan.
 
-A :class:`Fabric` holds several :class:`Node` objects in one Python process; each node has
-its own address space, ``RLIMIT_MEMLOCK`` and NICs, and sees the pyverbs API through
-``node.pyverbs`` (or ``fabric.patch(node)``). Every fabric owns one trace and one fault
-plan, shared by its nodes; nothing is global, so fabrics are independent and tests can run
-in parallel. ``ibv_reg_mr``'s rules (mooncake-verbs.md §5.2) live in :meth:`Nic.reg_mr`.
+A :class:`Fabric` holds several :class:`~.node.Node` objects in one Python process; each
+node has its own address space, ``RLIMIT_MEMLOCK`` and NICs, and sees the pyverbs API
+through ``node.pyverbs`` (or ``fabric.patch(node)``). Every fabric owns one trace and one
+fault plan, shared by its nodes; nothing is global, so fabrics are independent and tests
+can run in parallel. ``ibv_reg_mr``'s rules (mooncake-verbs.md §5.2) live in
+:meth:`~.node.Nic.reg_mr`.
 """
 
 from __future__ import annotations
@@ -12,31 +13,21 @@ from __future__ import annotations
 import errno
 import itertools
 import time
-import weakref
+import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
-
-from ..address_space import AddressSpace, VirtualTensor
+from ..address_space import AddressSpace
 from ..faults import CallInfo, FaultPlan, FaultRule, call_info
 from ..recorder import Trace
 from . import enums as V
-from .errors import PyverbsRDMAError, errno_name
+from .errors import errno_name
+from .modules import build_modules, patch_pyverbs
+from .node import PAGE_SIZE, U64, LiveMR, MrRecord, Nic, Node, Port
 from .profiles import NicProfile, get_nic_profile
 
-if TYPE_CHECKING:
-    import types
-
 __all__ = ["PAGE_SIZE", "Fabric", "FabricTrace", "LiveMR", "MrRecord", "Nic", "Node", "Port"]
-
-PAGE_SIZE = 4096
-U64 = 1 << 64
-# pyverbs-allocated MR buffers up to this size are real memory; bigger ones are virtual
-REAL_ALLOC_LIMIT = 256 << 20
-
 
 class FabricTrace(Trace):
     """The shared call trace; codes are named in their family (errno, wc status, ErrorCode)."""
@@ -61,283 +52,6 @@ def _verbs_name(api: str, code: int) -> str:
     if api.startswith("wr."):
         return V.ibv_wc_status(code).name if 0 <= code <= 23 else str(code)
     return "OK" if code == 0 else errno_name(code)
-
-
-@dataclass(frozen=True)
-class Port:
-    """One physical port: its LID (InfiniBand) and GID (RoCE) identify it on the fabric."""
-
-    num: int
-    lid: int
-    gid: str
-    link_layer: int
-    state: int = int(V.ibv_port_state.IBV_PORT_ACTIVE)
-    max_mtu: int = int(V.ibv_mtu.IBV_MTU_4096)
-    active_mtu: int = int(V.ibv_mtu.IBV_MTU_4096)
-
-
-@dataclass(eq=False)
-class MrRecord:
-    """One memory region as the NIC sees it (what ``ibv_reg_mr`` created)."""
-
-    nic: Nic
-    pd_id: int
-    addr: int
-    length: int
-    access: int
-    lkey: int
-    rkey: int
-    npages: int        # pages charged to RLIMIT_MEMLOCK (0 for on-demand paging)
-    owner: str         # "pyverbs" or "mooncake"
-    live: bool = True
-
-    @property
-    def end(self) -> int:
-        return self.addr + self.length
-
-    def contains(self, addr: int, nbytes: int) -> bool:
-        """§5.3: a range is usable only if it lies wholly inside this one MR."""
-        return self.addr <= addr and addr + nbytes <= self.end
-
-
-@dataclass(frozen=True)
-class LiveMR:
-    """A registered MR for leak reports, with the buffer its address falls in."""
-
-    node: str
-    device: str
-    addr: int
-    length: int
-    access: int
-    lkey: int
-    owner: str
-    buffer: str | None
-    offset: int | None
-
-    def describe(self) -> str:
-        where = f" ({self.buffer} + {self.offset:#x})" if self.buffer is not None else ""
-        return (f"{self.node}/{self.device} [{self.addr:#x}, {self.addr + self.length:#x}) "
-                f"{self.length} bytes{where} lkey={self.lkey:#x} via {self.owner}")
-
-
-class Nic:
-    """One RDMA device: its DeviceAttr, ports, MR table and QPs."""
-
-    def __init__(self, node: Node, name: str, profile: NicProfile, index: int, guid: int,
-                 ports: Sequence[Port], attrs: Mapping[str, Any]) -> None:
-        self.node = node
-        self.name = name
-        self.profile = profile
-        self.index = index
-        self.guid = guid
-        self.ports = list(ports)
-        self.attr: dict[str, Any] = profile.device_attrs(**attrs)
-        self.attr["node_guid"] = self.attr["node_guid"] or guid
-        self.attr["sys_image_guid"] = self.attr["sys_image_guid"] or guid
-        self._mrs: dict[int, MrRecord] = {}
-        self._keys = itertools.count(0x100)
-        self._pd_ids = itertools.count(1)
-        self.qps: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
-
-    def __repr__(self) -> str:
-        return f"Nic({self.node.name}/{self.name}, profile={self.profile.name})"
-
-    @property
-    def face(self) -> str:
-        return f"verbs:{self.node.name}/{self.name}"
-
-    def set_attr(self, **attrs: Any) -> None:
-        """Override DeviceAttr fields (e.g. ``max_mr_size``, ``max_mr``) of this device."""
-        self.attr.update({k: v for k, v in self.profile.device_attrs(**attrs).items()
-                          if k in attrs})
-
-    def new_pd_id(self) -> int:
-        return next(self._pd_ids)
-
-    # -- MR table -------------------------------------------------------------------------
-    def live_mrs(self) -> list[MrRecord]:
-        return sorted(self._mrs.values(), key=lambda r: (r.addr, r.lkey))
-
-    def mr_by_key(self, key: int) -> MrRecord | None:
-        """The live MR whose lkey/rkey is ``key`` (the fake uses one key for both)."""
-        return self._mrs.get(key)
-
-    @property
-    def pinned_bytes(self) -> int:
-        """Memlock charged by this device's MRs (each MR counts, §5.2)."""
-        return sum(r.npages for r in self._mrs.values()) * PAGE_SIZE
-
-    def reg_mr(self, addr: int, length: int, access: int, *, pd_id: int,
-               owner: str = "pyverbs") -> MrRecord:
-        """``ibv_reg_mr``: an MR, or PyverbsRDMAError with the errno of §5.2."""
-        args = (addr, length, access)
-        injected = self.node.fabric.check_fault("verbs.reg_mr", self.face, "reg_mr", args,
-                                                self.node)
-        code = injected if injected is not None else self._reg_errno(addr, length, access)
-        if code:
-            self.node.fabric.trace.append(self.face, "reg_mr", args, code, None,
-                                          injected is not None)
-            raise PyverbsRDMAError(
-                f"Failed to register a MR. length: {length}, access flags: {access}", code)
-        key = next(self._keys)
-        odp = bool(access & V.ibv_access_flags.IBV_ACCESS_ON_DEMAND)
-        rec = MrRecord(self, pd_id, addr, length, self._effective_access(access), key, key,
-                       0 if odp else _npages(addr, length), owner)
-        self._mrs[key] = rec
-        self.node.pinned_pages += rec.npages
-        self.node.fabric.trace.append(self.face, "reg_mr", args, 0, key, False)
-        return rec
-
-    def dereg_mr(self, rec: MrRecord) -> None:
-        """``ibv_dereg_mr``; an injected failure leaves the MR registered."""
-        args = (rec.addr, rec.length, rec.lkey)
-        injected = self.node.fabric.check_fault("verbs.dereg_mr", self.face, "dereg_mr", args,
-                                                self.node)
-        if injected is not None:
-            self.node.fabric.trace.append(self.face, "dereg_mr", args, injected, None, True)
-            raise PyverbsRDMAError("Failed to dereg MR", injected)
-        self.release(rec)
-        self.node.fabric.trace.append(self.face, "dereg_mr", args, 0, None, False)
-
-    def release(self, rec: MrRecord) -> None:
-        """Drop an MR without a fault check (finalizers, closing a PD or Context)."""
-        if rec.live and self._mrs.pop(rec.lkey, None) is rec:
-            rec.live = False
-            self.node.pinned_pages -= rec.npages
-
-    def _effective_access(self, access: int) -> int:
-        # §4.6: optional-range bits are silently masked when the device lacks them
-        if not self.profile.relaxed_ordering_supported:
-            access &= ~int(V.ibv_access_flags.IBV_ACCESS_RELAXED_ORDERING)
-        return access
-
-    def _reg_errno(self, addr: int, length: int, access: int) -> int:
-        """The errno ``ibv_reg_mr`` fails with, in the kernel's order of checks; 0 if none."""
-        F = V.ibv_access_flags
-        p = self.profile
-        access = self._effective_access(access)
-        # §5.2: REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE (ib_check_mr_access)
-        if access & (F.IBV_ACCESS_REMOTE_WRITE | F.IBV_ACCESS_REMOTE_ATOMIC) and \
-                not access & F.IBV_ACCESS_LOCAL_WRITE:
-            return errno.EINVAL
-        odp = bool(access & F.IBV_ACCESS_ON_DEMAND)
-        # §5.2: ON_DEMAND unsupported
-        if odp and not p.odp_supported:
-            return p.odp_unsupported_errno
-        # §5.2: length 0 (npages == 0; erdma/efa check it explicitly)
-        if length == 0:
-            return errno.EINVAL
-        # §5.2: len > max_mr_size, only where the driver checks (erdma, efa, ionic option)
-        if p.enforce_max_mr_size and length > int(self.attr["max_mr_size"]):
-            return p.oversize_errno
-        # §5.2: addr+len or its page-aligned end overflows
-        if addr + length > U64 or _page_up(addr + length) > U64:
-            return p.overflow_errno
-        if not odp:
-            err = self.node.memlock_errno(_npages(addr, length))
-            if err:
-                return err
-        # §5.2 [inferred]: an unmapped range fails to pin with EFAULT; the fake knows which
-        # virtual ranges are mapped (real ones it cannot check)
-        if self.node.space.is_virtual(addr):
-            hit = self.node.space.owner(addr)
-            if hit is None or addr + length > hit[0].end:
-                return errno.EFAULT
-        # §5.2: device out of MR resources (max_mr): ENOMEM (erdma) / EAGAIN (mlx5)
-        if len(self._mrs) >= int(self.attr["max_mr"]):
-            return p.mr_exhausted_errno
-        return 0
-
-
-def _page_up(x: int) -> int:
-    return (x + PAGE_SIZE - 1) // PAGE_SIZE * PAGE_SIZE
-
-
-def _npages(addr: int, length: int) -> int:
-    """Pages pinned for ``[addr, addr+len)``: whole pages covering it (§5.2, alignment row)."""
-    return (_page_up(addr + length) - addr // PAGE_SIZE * PAGE_SIZE) // PAGE_SIZE
-
-
-class Node:
-    """One simulated process on the fabric: address space, memlock limit, NICs."""
-
-    def __init__(self, fabric: Fabric, name: str, space: AddressSpace | None,
-                 memlock_limit: int | None) -> None:
-        self.fabric = fabric
-        self.name = name
-        self.space = space if space is not None else AddressSpace()
-        # RLIMIT_MEMLOCK in bytes; None = unlimited or CAP_IPC_LOCK (§5.2)
-        self.memlock_limit = memlock_limit
-        # False: a machine without the kernel RDMA stack, where ibv_get_device_list returns
-        # NULL and pyverbs raises (§4.3)
-        self.rdma_stack = True
-        self.pinned_pages = 0
-        self.nics: dict[str, Nic] = {}
-        self._allocs: dict[int, np.ndarray] = {}
-        self._modules: dict[str, types.ModuleType] | None = None
-
-    def __repr__(self) -> str:
-        return f"Node({self.name!r}, nics={list(self.nics)})"
-
-    # -- memory -----------------------------------------------------------------------
-    def track(self, obj: Any, *, name: str = "") -> Any:
-        """Tell the node about a real buffer, so RDMA and store transfers may copy into it."""
-        self.space.track(obj, name=name)
-        return obj
-
-    def virtual(self, shape: Sequence[int] | int, dtype: Any = "uint8", *,
-                name: str = "") -> VirtualTensor:
-        """A virtual buffer of any size (no RAM): registration-only use."""
-        return self.space.virtual(shape, dtype, name=name)
-
-    def alloc(self, length: int) -> int:
-        """A zeroed, page-aligned buffer as pyverbs' MR allocates it (§4.4)."""
-        if length > REAL_ALLOC_LIMIT:
-            return self.space.reserve(length, name=f"pyverbs-buf-{length}", align=PAGE_SIZE)
-        raw = np.zeros(length + PAGE_SIZE, dtype=np.uint8)
-        start = (-raw.ctypes.data) % PAGE_SIZE
-        view = raw[start:start + length]
-        addr = int(view.ctypes.data)
-        self._allocs[addr] = raw
-        self.space.track(view, name=f"pyverbs-buf@{addr:#x}")
-        return addr
-
-    def free(self, addr: int) -> None:
-        self._allocs.pop(addr, None)
-        self.space.forget(addr)
-
-    @property
-    def pinned_bytes(self) -> int:
-        """``mm->pinned_vm`` in bytes: every MR on every device counts (§5.2, §1.9)."""
-        return self.pinned_pages * PAGE_SIZE
-
-    def memlock_errno(self, npages: int) -> int:
-        """§5.2: EPERM if the process may not lock at all, ENOMEM past RLIMIT_MEMLOCK."""
-        if self.memlock_limit is None:
-            return 0
-        if self.memlock_limit == 0:
-            return errno.EPERM
-        if self.pinned_pages + npages > self.memlock_limit // PAGE_SIZE:
-            return errno.ENOMEM
-        return 0
-
-    # -- pyverbs ------------------------------------------------------------------------
-    @property
-    def modules(self) -> dict[str, types.ModuleType]:
-        """The fake ``pyverbs`` module tree as this node sees it."""
-        if self._modules is None:
-            from .modules import build_modules
-
-            self._modules = build_modules(self)
-        return self._modules
-
-    @property
-    def pyverbs(self) -> types.ModuleType:
-        return self.modules["pyverbs"]
-
-    def resolve(self, ptr: int) -> tuple[str, int] | None:
-        hit = self.space.owner(ptr)
-        return None if hit is None else (hit[0].name, hit[1])
 
 
 class Fabric:
@@ -414,6 +128,10 @@ class Fabric:
     def new_qpn(self) -> int:
         return next(self._qpns)
 
+    def build_modules(self, node: Node) -> dict[str, types.ModuleType]:
+        """The pyverbs module tree as ``node`` sees it (cached by the node)."""
+        return build_modules(node)
+
     # -- faults -------------------------------------------------------------------------
     def check_fault(self, point: str, face: str, api: str, args: tuple[Any, ...],
                     node: Node) -> int | None:
@@ -464,8 +182,6 @@ class Fabric:
     @contextmanager
     def patch(self, node: str | None = None) -> Iterator[Node]:
         """For the block, ``import pyverbs...`` reaches this fabric as ``node`` sees it."""
-        from .modules import patch_pyverbs
-
         host = self.node(node)
         with patch_pyverbs(host.modules):
             yield host

@@ -1,15 +1,20 @@
-"""Byte movement for the fakes: real bytes between known real buffers, nothing otherwise.
+"""Byte movement for the fakes: real bytes where the process has them, nothing otherwise.
 
-A range is one of three kinds in a node's :class:`~kvreg.fakes.address_space.AddressSpace`:
+A range is one of four kinds in a node's :class:`~kvreg.fakes.address_space.AddressSpace`:
 
 - ``real``: inside one tracked real buffer (``space.track(obj)``, or a buffer pyverbs
   allocated for an MR). Transfers copy bytes with ``ctypes.memmove``.
+- ``process``: ordinary process memory nobody tracked (a numpy array, a ``bytearray``, a
+  torch CPU tensor, by address) that ``/proc/self/maps`` shows mapped (:mod:`.procmaps`).
+  Real verbs and the real store move the bytes of any registered range, so the fake does
+  too, in place, with no extra call (mooncake-verbs.md §5.2: pinning needs only a mapping).
 - ``virtual``: a virtual address (bit 60 set). Registration-only: a transfer that touches
   it passes every protection check and completes, but **no byte moves** on either side;
   the trace marks it ``data=False``.
-- ``untracked``: a real-looking address the fake was not told about. Registering it is
-  allowed (the fake cannot tell whether it is mapped), but a transfer touching it raises
-  :class:`UntrackedMemoryError`, because copying there could crash the process.
+- ``untracked``: an address that is not mapped in this process (or, where ``/proc`` is
+  missing, not tracked). Registering it fails as pinning fails (EFAULT); a transfer that
+  touches it (memory unmapped after registration) raises :class:`UntrackedMemoryError`
+  instead of crashing the process.
 """
 
 from __future__ import annotations
@@ -19,14 +24,20 @@ from typing import Literal
 
 from ..address_space import AddressSpace
 from .errors import UntrackedMemoryError
+from .procmaps import is_mapped
 
 __all__ = ["Kind", "classify", "copy", "read", "write"]
 
-Kind = Literal["real", "virtual", "untracked"]
+Kind = Literal["real", "process", "virtual", "untracked"]
 
 
-def classify(space: AddressSpace, ptr: int, nbytes: int) -> Kind:
-    """Which kind of memory ``[ptr, ptr + nbytes)`` is (see the module docstring)."""
+def classify(space: AddressSpace, ptr: int, nbytes: int, *, write: bool = False,
+             fresh: bool = False) -> Kind:
+    """Which kind of memory ``[ptr, ptr + nbytes)`` is (see the module docstring).
+
+    ``write``: the range must be writable to count as ``process`` memory; ``fresh``: read
+    the process's mappings now rather than trust the cache (registration does).
+    """
     if space.is_virtual(ptr):
         return "virtual"
     hit = space.owner(ptr)
@@ -34,15 +45,18 @@ def classify(space: AddressSpace, ptr: int, nbytes: int) -> Kind:
         alloc, _ = hit
         if alloc.kind == "real" and ptr + nbytes <= alloc.end:
             return "real"
+    if is_mapped(ptr, nbytes, write=write, fresh=fresh):
+        return "process"
     return "untracked"
 
 
-def _require(kind: Kind, space: AddressSpace, ptr: int, nbytes: int, role: str) -> None:
+def require(kind: Kind, space: AddressSpace, ptr: int, nbytes: int, role: str) -> None:
+    """UntrackedMemoryError for a range the process cannot read or write."""
     if kind == "untracked":
         raise UntrackedMemoryError(
-            f"{role} range [{ptr:#x}, {ptr + nbytes:#x}) is not inside a buffer the fake "
-            f"knows ({space.describe(ptr)}); call .track(buffer) on the fake node first, "
-            "or use a virtual buffer for registration-only tests")
+            f"{role} range [{ptr:#x}, {ptr + nbytes:#x}) ({space.describe(ptr)}) is not "
+            "mapped (or not writable) in this process: its memory went away after it was "
+            "registered; a real NIC would reach the pinned pages, the fake cannot")
 
 
 def copy(dst_space: AddressSpace, dst: int, src_space: AddressSpace, src: int,
@@ -50,10 +64,10 @@ def copy(dst_space: AddressSpace, dst: int, src_space: AddressSpace, src: int,
     """Copy ``nbytes`` from src to dst; True if bytes moved, False if a side was virtual."""
     if nbytes <= 0:
         return True
-    dk = classify(dst_space, dst, nbytes)
+    dk = classify(dst_space, dst, nbytes, write=True)
     sk = classify(src_space, src, nbytes)
-    _require(dk, dst_space, dst, nbytes, "destination")
-    _require(sk, src_space, src, nbytes, "source")
+    require(dk, dst_space, dst, nbytes, "destination")
+    require(sk, src_space, src, nbytes, "source")
     if dk == "virtual" or sk == "virtual":
         return False
     ctypes.memmove(dst, src, nbytes)
@@ -62,22 +76,21 @@ def copy(dst_space: AddressSpace, dst: int, src_space: AddressSpace, src: int,
 
 def read(space: AddressSpace, ptr: int, nbytes: int) -> bytes | None:
     """The bytes at ``[ptr, ptr + nbytes)``, or None for virtual memory."""
+    if nbytes <= 0:
+        return b""
     kind = classify(space, ptr, nbytes)
-    _require(kind, space, ptr, nbytes, "source")
+    require(kind, space, ptr, nbytes, "source")
     if kind == "virtual":
         return None
-    return ctypes.string_at(ptr, nbytes) if nbytes else b""
+    return ctypes.string_at(ptr, nbytes)
 
 
 def write(space: AddressSpace, ptr: int, data: bytes | None) -> bool:
     """Write ``data`` at ``ptr``; False (nothing written) for virtual memory or no data."""
-    if data is None:
-        kind = classify(space, ptr, 1)
-        _require(kind, space, ptr, 1, "destination")
-        return False
-    kind = classify(space, ptr, len(data))
-    _require(kind, space, ptr, len(data), "destination")
-    if kind == "virtual":
+    n = max(len(data), 1) if data is not None else 1
+    kind = classify(space, ptr, n, write=True)
+    require(kind, space, ptr, n, "destination")
+    if kind == "virtual" or data is None:
         return False
     if data:
         ctypes.memmove(ptr, data, len(data))

@@ -13,52 +13,17 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import enums as V
-from .errors import NotModelledError, PyverbsUserError
-from .fabric import MrRecord, Nic, Node
+from .cints import SIZE_MAX, c_int, c_size_t, c_uint
+from .errors import NotModelledError, PyverbsRDMAError, PyverbsUserError, StandIns
 from .memory import classify
+from .node import FabricLike, MrRecord, Nic, Node
 from .pd import PD
-
-if TYPE_CHECKING:
-    from .fabric import Fabric
+from .strings import rereg_error_to_str
 
 __all__ = ["MR", "c_int", "c_size_t", "c_uint"]
-
-SIZE_MAX = (1 << 64) - 1
-
-
-def c_size_t(value: Any, what: str) -> int:
-    """Cython's conversion to ``size_t``: ints only, 0..2^64-1, else TypeError/OverflowError."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{what}: an integer is required, got {type(value).__name__}")
-    if value < 0:
-        raise OverflowError(f"{what}: can't convert negative value to size_t")
-    if value > SIZE_MAX:
-        raise OverflowError(f"{what}: value too large to convert to size_t")
-    return int(value)
-
-
-def c_int(value: Any, what: str) -> int:
-    """Cython's conversion to C ``int``: offsets of 2 GiB and more overflow (§4.4)."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{what}: an integer is required, got {type(value).__name__}")
-    if not -(1 << 31) <= value < (1 << 31):
-        raise OverflowError(f"{what}: value too large to convert to int")
-    return int(value)
-
-
-def c_uint(value: Any, what: str, bits: int = 32) -> int:
-    """Cython's conversion to an unsigned C integer of ``bits`` bits."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{what}: an integer is required, got {type(value).__name__}")
-    if value < 0:
-        raise OverflowError(f"{what}: can't convert negative value to unsigned int")
-    if value >= 1 << bits:
-        raise OverflowError(f"{what}: value too large to convert to unsigned int")
-    return int(value)
-
 
 def _gc_release(nic: Nic, rec: MrRecord, node: Node, owned: int | None) -> None:
     """pyverbs deregisters an MR when the object dies without close()."""
@@ -70,8 +35,10 @@ def _gc_release(nic: Nic, rec: MrRecord, node: Node, owned: int | None) -> None:
         node.free(owned)
 
 
-class MR:
+class MR(StandIns):
     """A registered memory region with ``buf``, ``lkey``, ``rkey``, ``length`` (§4.4)."""
+
+    NOT_MODELLED_ATTRS = frozenset({"unimport"})
 
     def __init__(self, creator: PD, length: int = 0, access: int = 0,
                  address: int | None = None, implicit: bool = False,
@@ -145,7 +112,7 @@ class MR:
         return self._closed
 
     @property
-    def fabric(self) -> Fabric:
+    def fabric(self) -> FabricLike:
         return self._nic.node.fabric
 
     # -- data ---------------------------------------------------------------------------
@@ -156,10 +123,10 @@ class MR:
             raise PyverbsUserError(f"{what}: [{offset}, {offset + length}) is outside the MR "
                                    f"of {self._rec.length} bytes")
         ptr = self._rec.addr + offset
-        kind = classify(self._nic.node.space, ptr, length)
-        if kind != "real":
+        kind = classify(self._nic.node.space, ptr, length, write=what == "write")
+        if kind not in ("real", "process"):
             raise TypeError(f"{what}: the MR's memory at {ptr:#x} is {kind}; the fake has no "
-                            "bytes there (track the buffer, or use a pyverbs-allocated MR)")
+                            "bytes there")
         return ptr
 
     def write(self, data: str | bytes, length: int, offset: int = 0) -> None:
@@ -180,8 +147,42 @@ class MR:
         ptr = self._range(offset, length, "read")
         return ctypes.string_at(ptr, length)
 
-    def rereg(self, *args: Any, **kwargs: Any) -> None:
-        raise NotModelledError("kvreg's fake pyverbs does not model MR.rereg")
+    def rereg(self, flags: int, pd: PD | None, addr: int, length: int, access: int) -> None:
+        """``ibv_rereg_mr``: change the translation (addr, length), the PD and/or the
+        access of a live MR, keeping its keys. libibverbs' own input checks (verbs.c
+        ``ibv_rereg_mr``) give IBV_REREG_MR_ERR_INPUT; a kernel refusal (the checks of
+        ``ibv_reg_mr`` on the new values, §5.2) gives IBV_REREG_MR_ERR_CMD. Either way
+        the MR is unchanged and PyverbsRDMAError names the error."""
+        flags = c_uint(flags, "flags")
+        rc = self._rereg(flags, pd, addr, length, access)
+        if rc:
+            raise PyverbsRDMAError(f"Failed to rereg MR: {rereg_error_to_str(rc)}")
+
+    def _rereg(self, flags: int, pd: PD | None, addr: int, length: int, access: int) -> int:
+        E = V.ENUMS["ibv_rereg_mr_err_code"]
+        R = V.ENUMS["ibv_rereg_mr_flags"]
+        err_input = int(E.IBV_REREG_MR_ERR_INPUT)
+        if self._closed or not flags or flags & ~int(R.IBV_REREG_MR_FLAGS_SUPPORTED):
+            return err_input
+        translate = bool(flags & R.IBV_REREG_MR_CHANGE_TRANSLATION)
+        if translate and (not addr or not length):
+            return err_input
+        if flags & R.IBV_REREG_MR_CHANGE_PD and not isinstance(pd, PD):
+            return err_input
+        rec = self._rec
+        new_addr, new_len = (c_size_t(addr, "addr"), c_size_t(length, "length")) \
+            if translate else (rec.addr, rec.length)
+        new_access = c_uint(access, "access") if flags & R.IBV_REREG_MR_CHANGE_ACCESS \
+            else rec.access
+        new_pd = pd if flags & R.IBV_REREG_MR_CHANGE_PD and isinstance(pd, PD) else self._pd
+        if new_pd.nic is not self._nic:
+            return err_input
+        if self._nic.rereg_mr(rec, new_addr, new_len, new_access, new_pd.pd_id):
+            return int(E.IBV_REREG_MR_ERR_CMD)
+        if new_pd is not self._pd:
+            self._pd = new_pd
+            new_pd.add_ref(self)
+        return 0
 
     # -- lifetime -----------------------------------------------------------------------
     def close(self) -> None:

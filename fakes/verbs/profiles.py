@@ -24,6 +24,12 @@ __all__ = ["DEVICE_ATTR_FIELDS", "NIC_PROFILES", "NicProfile", "get_nic_profile"
 
 GiB = 1 << 30
 U64_MAX = (1 << 64) - 1
+# verbs.h ibv_qp_type: RC 2, UC 3, UD 4, RAW_PACKET 8, XRC_SEND 9, XRC_RECV 10, DRIVER 0xff
+ALL_QP_TYPES = frozenset({2, 3, 4, 8, 9, 10, 0xFF})
+# ibv_odp_general_caps SUPPORT | SUPPORT_IMPLICIT; ibv_odp_transport_cap_bits SEND, RECV,
+# WRITE, READ (verbs.h)
+_ODP_ALL = 0b11
+_ODP_RC_RW = 0b1111
 
 # §4.3: every DeviceAttr property, with a neutral default (illustrative unless noted)
 DEVICE_ATTR_FIELDS: dict[str, Any] = {
@@ -66,6 +72,22 @@ class NicProfile:
     relaxed_ordering_supported: bool = True
     # §5.2 row "addr+len overflows": EINVAL (newer kernels: EOVERFLOW)
     overflow_errno: int = errno.EINVAL
+    # ibv_create_qp: QP types the driver implements; others fail with EOPNOTSUPP
+    # (rxe_qp.c rxe_qp_chk_init)
+    qp_types: frozenset[int] = ALL_QP_TYPES
+    # ibv_create_qp: the largest max_inline_data (rxe_qp_chk_cap checks it); illustrative
+    max_inline_data: int = 1024
+    # Context.num_comp_vectors: a CQ's comp_vector must be below it (uverbs create_cq:
+    # EINVAL); illustrative
+    num_comp_vectors: int = 8
+    # the requester's status when the responder QP's qp_access_flags forbid an RDMA
+    # READ/WRITE: rxe NAKs "invalid request" (rxe_resp.c check_op_valid) ->
+    # IBV_WC_REM_INV_REQ_ERR; [inferred] hardware answers a remote access error
+    qp_access_violation_status: int = 10
+    # ODP as DeviceAttrEx.odp_caps advertises it: general_caps (bit 0 IBV_ODP_SUPPORT,
+    # bit 1 IBV_ODP_SUPPORT_IMPLICIT) and the per-transport bits (ibv_odp_transport_cap_bits)
+    odp_general_caps: int = 0
+    odp_rc_caps: int = 0
     notes: Mapping[str, str] = field(default_factory=dict)
 
     def device_attrs(self, **overrides: Any) -> dict[str, Any]:
@@ -93,8 +115,10 @@ _PROFILES = [
         attrs={"max_mr_size": U64_MAX, "vendor_id": 0x02C9, "vendor_part_id": 4123,
                "page_size_cap": 0xFFFFFFFFFFFFF000, "fw_version": "20.39.1002"},
         link_layer=2, enforce_max_mr_size=False, mr_exhausted_errno=errno.EAGAIN,
-        odp_supported=True,
+        odp_supported=True, odp_general_caps=_ODP_ALL, odp_rc_caps=_ODP_RC_RW,
+        qp_access_violation_status=10,
         notes={"page_size_cap": "from FW log_pg_sz; illustrative",
+               "qp_access_violation_status": "[inferred] NAK remote access error (10)",
                "mr_exhausted_errno": "EAGAIN: CREATE_MKEY no resources (§1.9, §5.2)"}),
     NicProfile(
         "rxe", "Soft-RoCE (rdma_rxe): RXE_MAX_MR_SIZE = 2^64-1, no size limit (§5.2)",
@@ -105,7 +129,10 @@ _PROFILES = [
                "max_mr": 0x1000},
         link_layer=2, enforce_max_mr_size=False, mr_exhausted_errno=errno.ENOMEM,
         relaxed_ordering_supported=False,
-        notes={"max_mr": "[uncertain] kernel-dependent; smallest known value"}),
+        # rxe_qp_chk_init: RC, UC, UD (and the kernel's GSI) only
+        qp_types=frozenset({2, 3, 4}), qp_access_violation_status=9,
+        notes={"max_mr": "[uncertain] kernel-dependent; smallest known value",
+               "qp_types": "rxe_qp.c rxe_qp_chk_init: EOPNOTSUPP for other types"}),
     NicProfile(
         "ionic", "AMD Pensando ionic: advertises max_mr_size 2 GiB (§1.6, §5.2)",
         attrs={"max_mr_size": 2 * GiB, "vendor_id": 0x1DD8},

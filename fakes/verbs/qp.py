@@ -10,23 +10,33 @@ ERR, after which every WR is flushed (``IBV_WC_WR_FLUSH_ERR``).
 
 from __future__ import annotations
 
+import copy
 import errno
 import functools
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from . import enums as V
-from .addr import AHAttr
 from .cq import CQ, WC
 from .device import Context
-from .errors import NotModelledError, PyverbsRDMAError, PyverbsUserError
+from .errors import COVERAGE_HINT, NotModelledError, PyverbsRDMAError, PyverbsUserError, StandIns
 from .pd import PD
+from .qp_attr import (
+    FIELDS_BY_MASK,
+    PYVERBS_MASKS,
+    REQUIRED_MASKS,
+    QPAttr,
+    QPCap,
+    QPInitAttr,
+    QPInitAttrEx,
+)
+from .transfer import execute_send
 from .wr import RecvWR, SendWR
 
 if TYPE_CHECKING:
-    from .fabric import Nic
+    from .node import Nic
 
-__all__ = ["QP", "QPAttr", "QPCap", "QPInitAttr"]
+__all__ = ["QP", "QPAttr", "QPCap", "QPInitAttr", "QPInitAttrEx"]
 
 S = V.ibv_qp_state
 M = V.ibv_qp_attr_mask
@@ -39,72 +49,16 @@ _LEGAL = {
     (S.IBV_QPS_SQD, S.IBV_QPS_RTS), (S.IBV_QPS_SQD, S.IBV_QPS_SQD),
     (S.IBV_QPS_SQE, S.IBV_QPS_RTS),
 }
-# the attribute masks pyverbs' to_init/to_rtr/to_rts pass for RC
-_RC_MASKS = {
-    S.IBV_QPS_INIT: M.IBV_QP_STATE | M.IBV_QP_PKEY_INDEX | M.IBV_QP_PORT | M.IBV_QP_ACCESS_FLAGS,
-    S.IBV_QPS_RTR: (M.IBV_QP_STATE | M.IBV_QP_AV | M.IBV_QP_PATH_MTU | M.IBV_QP_DEST_QPN |
-                    M.IBV_QP_RQ_PSN | M.IBV_QP_MAX_DEST_RD_ATOMIC | M.IBV_QP_MIN_RNR_TIMER),
-    S.IBV_QPS_RTS: (M.IBV_QP_STATE | M.IBV_QP_TIMEOUT | M.IBV_QP_RETRY_CNT |
-                    M.IBV_QP_RNR_RETRY | M.IBV_QP_SQ_PSN | M.IBV_QP_MAX_QP_RD_ATOMIC),
-}
 
 
-class QPCap:
-    """Queue depths and SGE limits requested at creation."""
-
-    def __init__(self, max_send_wr: int = 1, max_recv_wr: int = 10, max_send_sge: int = 1,
-                 max_recv_sge: int = 1, max_inline_data: int = 0) -> None:
-        self.max_send_wr = max_send_wr
-        self.max_recv_wr = max_recv_wr
-        self.max_send_sge = max_send_sge
-        self.max_recv_sge = max_recv_sge
-        self.max_inline_data = max_inline_data
+def _copied(value: Any) -> Any:
+    return copy.copy(value) if not isinstance(value, int) else value
 
 
-class QPInitAttr:
-    """Creation attributes; pyverbs' default type is UD, so RC users pass ``qp_type``."""
-
-    def __init__(self, qp_type: int = int(V.ibv_qp_type.IBV_QPT_UD), qp_context: Any = None,
-                 scq: CQ | None = None, rcq: CQ | None = None, srq: Any = None,
-                 cap: QPCap | None = None, sq_sig_all: int = 1) -> None:
-        self.qp_type = int(qp_type)
-        self.qp_context = qp_context
-        self.send_cq = scq
-        self.recv_cq = rcq
-        self.srq = srq
-        self.cap = cap or QPCap()
-        self.sq_sig_all = sq_sig_all
-        self.pd: PD | None = None
-
-
-class QPAttr:
-    """``ibv_qp_attr`` with settable fields, as passed to ``to_init``/``to_rtr``/``to_rts``."""
-
-    def __init__(self, qp_state: int = int(S.IBV_QPS_INIT),
-                 cur_qp_state: int = int(S.IBV_QPS_RESET), port_num: int = 1,
-                 path_mtu: int = int(V.ibv_mtu.IBV_MTU_1024)) -> None:
-        self.qp_state = qp_state
-        self.cur_qp_state = cur_qp_state
-        self.port_num = port_num
-        self.path_mtu = path_mtu
-        self.qp_access_flags = 0
-        self.pkey_index = 0
-        self.qkey = 0
-        self.dest_qp_num = 0
-        self.rq_psn = 0
-        self.sq_psn = 0
-        self.ah_attr: AHAttr = AHAttr(port_num=0)   # pyverbs: an all-zero AH by default
-        self.timeout = 0
-        self.retry_cnt = 0
-        self.rnr_retry = 0
-        self.min_rnr_timer = 0
-        self.max_rd_atomic = 0
-        self.max_dest_rd_atomic = 0
-        self.cap: QPCap | None = None
-
-
-class QP:
+class QP(StandIns):
     """A queue pair; only RC carries traffic in the fake."""
+
+    NOT_MODELLED_ATTRS = frozenset({"bind_mw", "query_data_in_order", "query_ece", "set_ece"})
 
     def __init__(self, creator: PD | Context, init_attr: QPInitAttr,
                  qp_attr: QPAttr | None = None) -> None:
@@ -114,16 +68,11 @@ class QP:
             raise PyverbsUserError("QP needs a PD (or a Context with init_attr.pd set)")
         self._pd = pd
         self._nic: Nic = pd.nic
-        attr = self._nic.attr
-        cap = init_attr.cap
-        if (cap.max_send_wr > attr["max_qp_wr"] or cap.max_recv_wr > attr["max_qp_wr"]
-                or cap.max_send_sge > attr["max_sge"] or cap.max_recv_sge > attr["max_sge"]
-                or init_attr.send_cq is None or init_attr.recv_cq is None):
-            raise PyverbsRDMAError("Failed to create QP", errno.EINVAL)
-        if len(self._nic.qps) >= int(attr["max_qp"]):
-            raise PyverbsRDMAError("Failed to create QP", errno.ENOMEM)
-        self.qp_type = init_attr.qp_type
-        self.cap = cap
+        err = self._create_errno(init_attr)
+        if err:
+            raise PyverbsRDMAError("Failed to create QP", err)
+        self.qp_type = int(init_attr.qp_type)
+        self.cap: QPCap = init_attr.cap
         self.scq: CQ = init_attr.send_cq
         self.rcq: CQ = init_attr.recv_cq
         self.sq_sig_all = bool(init_attr.sq_sig_all)
@@ -132,6 +81,7 @@ class QP:
         self.attr = QPAttr(qp_state=int(S.IBV_QPS_RESET))
         self._rq: deque[RecvWR] = deque()
         self._sq_outstanding: deque[int] = deque()   # WR sequence numbers holding SQ slots
+        self._stalled: list[tuple[int, SendWR]] = []  # READs waiting for rd_atomic credit
         self._seq = 0
         self._nic.qps[self._qpn] = self
         self._closed = False
@@ -140,10 +90,33 @@ class QP:
         self.rcq.add_ref(self)
         if qp_attr is not None:
             # pyverbs: connected QPs stop in INIT (the peer QPN is still unknown)
-            if self.qp_type in (V.ibv_qp_type.IBV_QPT_RC, V.ibv_qp_type.IBV_QPT_UC):
+            if self.qp_type in (V.ibv_qp_type.IBV_QPT_RC, V.ibv_qp_type.IBV_QPT_UC,
+                                V.ibv_qp_type.IBV_QPT_XRC_SEND,
+                                V.ibv_qp_type.IBV_QPT_XRC_RECV):
                 self.to_init(qp_attr)
             else:
                 self.to_rts(qp_attr)
+
+    def _create_errno(self, init_attr: QPInitAttr) -> int:
+        """``ibv_create_qp``'s errno, in the driver's order of checks; 0 if none."""
+        nic = self._nic
+        attr = nic.attr
+        # rxe_qp.c rxe_qp_chk_init: a QP type the driver does not implement -> EOPNOTSUPP
+        if int(init_attr.qp_type) not in nic.profile.qp_types:
+            return errno.EOPNOTSUPP
+        if init_attr.send_cq is None or init_attr.recv_cq is None:
+            return errno.EINVAL
+        # rxe_qp.c rxe_qp_chk_cap: caps above the device's -> EINVAL
+        cap = init_attr.cap
+        if (cap.max_send_wr > attr["max_qp_wr"] or cap.max_recv_wr > attr["max_qp_wr"]
+                or cap.max_send_sge > attr["max_sge"] or cap.max_recv_sge > attr["max_sge"]
+                or cap.max_inline_data > nic.profile.max_inline_data
+                or min(cap.max_send_wr, cap.max_recv_wr, cap.max_send_sge,
+                       cap.max_recv_sge, cap.max_inline_data) < 0):
+            return errno.EINVAL
+        if len(nic.qps) >= int(attr["max_qp"]):
+            return errno.ENOMEM
+        return 0
 
     # -- identity -----------------------------------------------------------------------
     @property
@@ -163,68 +136,107 @@ class QP:
         return self._nic
 
     # -- state machine ------------------------------------------------------------------
+    def _pyverbs_mask(self, state: int) -> int:
+        masks = PYVERBS_MASKS.get(self.qp_type, PYVERBS_MASKS[int(V.ibv_qp_type.IBV_QPT_RC)])
+        return masks[state]
+
     def to_init(self, qp_attr: QPAttr) -> None:
         qp_attr.qp_state = int(S.IBV_QPS_INIT)
-        self._modify(qp_attr, _RC_MASKS[S.IBV_QPS_INIT], "init")
+        self._modify(qp_attr, self._pyverbs_mask(int(S.IBV_QPS_INIT)), "init")
 
     def to_rtr(self, qp_attr: QPAttr) -> None:
-        if self._state != S.IBV_QPS_INIT:
-            self.to_init(qp_attr)
+        """INIT (again, INIT->INIT is legal) then RTR: pyverbs' docstring (rdma-core v44)
+        says it assumes INIT or RESET and transitions to INIT before RTR, so the INIT
+        attributes (``qp_access_flags``) of ``qp_attr`` apply too; from any other state
+        the INIT step fails with EINVAL."""
+        self.to_init(qp_attr)
         qp_attr.qp_state = int(S.IBV_QPS_RTR)
-        self._modify(qp_attr, _RC_MASKS[S.IBV_QPS_RTR], "RTR")
+        self._modify(qp_attr, self._pyverbs_mask(int(S.IBV_QPS_RTR)), "RTR")
 
     def to_rts(self, qp_attr: QPAttr) -> None:
         if self._state != S.IBV_QPS_RTR:
             self.to_rtr(qp_attr)
         qp_attr.qp_state = int(S.IBV_QPS_RTS)
-        self._modify(qp_attr, _RC_MASKS[S.IBV_QPS_RTS], "RTS")
+        self._modify(qp_attr, self._pyverbs_mask(int(S.IBV_QPS_RTS)), "RTS")
 
     def modify(self, qp_attr: QPAttr, attr_mask: int) -> None:
-        """``ibv_modify_qp``: EINVAL for a transition the IB state diagram forbids."""
-        self._modify(qp_attr, attr_mask, None)
+        """``ibv_modify_qp``: only the fields ``attr_mask`` names change (rxe_qp.c
+        ``rxe_qp_from_attr``); EINVAL for a transition the IB state diagram forbids or one
+        missing a required attribute (verbs.c ``ib_modify_qp_is_ok``)."""
+        self._modify(qp_attr, int(attr_mask), None)
+
+    def _modify_errno(self, qp_attr: QPAttr, mask: int, target: int) -> int:
+        if self._closed:
+            return errno.EINVAL
+        cur = int(self._state)
+        if not (target in (S.IBV_QPS_RESET, S.IBV_QPS_ERR) or (cur, target) in _LEGAL):
+            return errno.EINVAL
+        needed = REQUIRED_MASKS.get((cur, target), {}).get(self.qp_type, 0)
+        if mask & M.IBV_QP_STATE and needed & ~mask:
+            return errno.EINVAL
+        attr = self._nic.attr
+        # rxe_qp.c rxe_qp_chk_attr: read/atomic depths above the device's -> EINVAL
+        if mask & M.IBV_QP_MAX_QP_RD_ATOMIC and \
+                qp_attr.max_rd_atomic > int(attr["max_qp_init_rd_atom"]):
+            return errno.EINVAL
+        if mask & M.IBV_QP_MAX_DEST_RD_ATOMIC and \
+                qp_attr.max_dest_rd_atomic > int(attr["max_qp_rd_atom"]):
+            return errno.EINVAL
+        if mask & M.IBV_QP_PORT and not 1 <= qp_attr.port_num <= len(self._nic.ports):
+            return errno.EINVAL
+        return 0
 
     def _modify(self, qp_attr: QPAttr, mask: int, label: str | None) -> None:
-        if self._closed:
-            raise PyverbsRDMAError("Failed to modify QP", errno.EINVAL)
-        target = S(qp_attr.qp_state) if mask & M.IBV_QP_STATE else self._state
-        legal = target in (S.IBV_QPS_RESET, S.IBV_QPS_ERR) or (self._state, target) in _LEGAL
-        if not legal:
+        target = int(qp_attr.qp_state) if mask & M.IBV_QP_STATE else int(self._state)
+        err = self._modify_errno(qp_attr, mask, target)
+        if err:
             msg = f"Failed to modify QP state to {label}" if label else "Failed to modify QP"
-            raise PyverbsRDMAError(msg, errno.EINVAL)
-        for name in ("port_num", "qp_access_flags", "pkey_index", "dest_qp_num", "rq_psn",
-                     "sq_psn", "path_mtu", "timeout", "retry_cnt", "rnr_retry",
-                     "min_rnr_timer", "max_rd_atomic", "max_dest_rd_atomic"):
-            setattr(self.attr, name, getattr(qp_attr, name))
-        self.attr.ah_attr = qp_attr.ah_attr
+            raise PyverbsRDMAError(msg, err)
+        for bit, fields in FIELDS_BY_MASK.items():
+            if mask & bit and bit != M.IBV_QP_STATE:
+                for name in fields:
+                    value = getattr(qp_attr, name)
+                    object.__setattr__(self.attr, name,
+                                       value.copy() if hasattr(value, "copy") else
+                                       _copied(value))
         if target == S.IBV_QPS_ERR:
             self.set_error()
         elif target == S.IBV_QPS_RESET:
             self._rq.clear()
             self._sq_outstanding.clear()
-            self._state = target
+            self._stalled.clear()
+            self._state = S.IBV_QPS_RESET
         else:
-            self._state = target
+            self._state = S(target)
         self.attr.qp_state = int(self._state)
 
     def set_error(self) -> None:
-        """Move to ERR and flush the receive queue (§5.3)."""
+        """Move to ERR and flush the receive queue and stalled sends (§5.3)."""
         self._state = S.IBV_QPS_ERR
         self.attr.qp_state = int(self._state)
+        flush = int(V.ibv_wc_status.IBV_WC_WR_FLUSH_ERR)
         while self._rq:
             wr = self._rq.popleft()
-            self.rcq.push(WC(wr_id=wr.wr_id, status=int(V.ibv_wc_status.IBV_WC_WR_FLUSH_ERR),
+            self.rcq.push(WC(wr_id=wr.wr_id, status=flush,
                              opcode=int(V.ibv_wc_opcode.IBV_WC_RECV), qp_num=self._qpn))
+        stalled, self._stalled = self._stalled, []
+        for seq, swr in stalled:
+            self.scq.push(WC(wr_id=swr.wr_id, status=flush,
+                             opcode=int(V.ibv_wc_opcode.IBV_WC_RDMA_READ), qp_num=self._qpn),
+                          functools.partial(self._retire, seq))
 
     def query(self, attr_mask: int = 0) -> tuple[QPAttr, QPInitAttr]:
+        """Fresh copies of the QP's attributes (pyverbs fills a new ``QPAttr``)."""
+        attr = self.attr.copy()
+        attr.qp_state = attr.cur_qp_state = int(self._state)
+        attr.cap = self.cap
         init = QPInitAttr(qp_type=self.qp_type, scq=self.scq, rcq=self.rcq, cap=self.cap,
                           sq_sig_all=int(self.sq_sig_all))
-        return self.attr, init
+        return attr, init
 
     # -- posting ------------------------------------------------------------------------
     def post_send(self, send_wr: SendWR, bad_wr: Any = None) -> None:
         """Post a WR chain; WRs execute at once and their completions go to the send CQ."""
-        from .transfer import execute_send
-
         fabric = self._nic.node.fabric
         for wr in send_wr.chain():
             args = (wr.sg_list[0].addr if wr.sg_list else 0,
@@ -240,15 +252,28 @@ class QP:
                 fabric.trace.append(self._nic.face, "post_send", args, code, None, injected)
                 raise PyverbsRDMAError("Failed to post send", code)
             if self.qp_type != V.ibv_qp_type.IBV_QPT_RC:
-                raise NotModelledError("kvreg's fake pyverbs carries traffic on RC QPs only")
+                raise NotModelledError("kvreg's fake pyverbs carries traffic on RC QPs only "
+                                       f"({COVERAGE_HINT})")
             self._seq += 1
             seq = self._seq
             self._sq_outstanding.append(seq)
+            if self._stalls(wr):
+                # rxe_req.c check_init_depth: a READ needs an initiator-depth credit
+                # (max_rd_atomic); with none the requester waits, and the WR never
+                # completes until the QP is flushed
+                self._stalled.append((seq, wr))
+                fabric.trace.append(self._nic.face, "wr.rdma_read", args, None,
+                                    {"stalled": "max_rd_atomic is 0"}, False)
+                continue
             wc = execute_send(self, wr)
             if wc is None:
                 self._retire(seq)
             else:
                 self.scq.push(wc, functools.partial(self._retire, seq))
+
+    def _stalls(self, wr: SendWR) -> bool:
+        return bool(wr.opcode == V.ibv_wr_opcode.IBV_WR_RDMA_READ and
+                    self._state != S.IBV_QPS_ERR and self.attr.max_rd_atomic == 0)
 
     def _post_errno(self, wr: SendWR) -> int:
         # §4.5: immediate post errors are EINVAL (bad WR / state) or ENOMEM (queue full)

@@ -9,32 +9,38 @@ Order of checks, and the completion status each failure gives:
    ``mr_check_range``). An SGE that spans two adjacent MRs fails here.
 4. The peer QP exists (by the AH's GID or LID and the dest QPN), is connected back to this
    QP and is in RTR/RTS → else ``IBV_WC_RETRY_EXC_ERR`` (12) [inferred: nobody answers].
-5. RDMA WRITE/READ: the remote range lies inside the MR named by rkey, of the peer's PD,
-   with REMOTE_WRITE/REMOTE_READ → else ``IBV_WC_REM_ACCESS_ERR`` (10) (§5.3).
+5. RDMA WRITE/READ, in the responder's order (rxe_resp.c): the peer QP's
+   ``qp_access_flags`` allow the operation (``check_op_valid``) → else the profile's
+   status (rxe: ``IBV_WC_REM_INV_REQ_ERR`` (9), a NAK "invalid request"); a READ finds
+   responder resources, ``max_dest_rd_atomic`` > 0 (``check_resource``) → else
+   ``IBV_WC_REM_INV_REQ_ERR``; the remote range lies inside the MR named by rkey, of the
+   peer's PD, with REMOTE_WRITE/REMOTE_READ (``check_rkey``) → else
+   ``IBV_WC_REM_ACCESS_ERR`` (10) (§5.3). A READ on a QP whose own ``max_rd_atomic`` is 0
+   never starts (rxe_req.c ``check_init_depth``; see ``QP.post_send``).
 6. SEND: the peer has a receive posted → else ``IBV_WC_RNR_RETRY_EXC_ERR`` (13); its SGEs are
    checked like (3) on the peer [inferred from IB semantics].
 
 Any error puts this QP in ERR; WRs posted later flush. On success the bytes move with
-``ctypes.memmove`` between tracked real buffers; a virtual range anywhere in the WR moves
-nothing (the WR still succeeds; the trace row says ``data=False``), see :mod:`.memory`.
+``ctypes.memmove`` between the registered ranges, tracked buffers and ordinary process
+memory alike; a virtual range anywhere in the WR moves nothing (the WR still succeeds; the
+trace row says ``data=False``), see :mod:`.memory`.
 """
 
 from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..address_space import AddressSpace
 from . import enums as V
 from .cq import WC
-from .errors import NotModelledError, UntrackedMemoryError
-from .memory import classify
+from .errors import NotModelledError
+from .memory import classify, require
 from .wr import SGE, SendWR
 
 if TYPE_CHECKING:
-    from .fabric import Nic
-    from .qp import QP
+    from .node import Nic
 
 __all__ = ["execute_send"]
 
@@ -47,6 +53,35 @@ _WC_OPCODE = {int(Op.IBV_WR_RDMA_WRITE): int(V.ibv_wc_opcode.IBV_WC_RDMA_WRITE),
               int(Op.IBV_WR_SEND): int(V.ibv_wc_opcode.IBV_WC_SEND)}
 _NAMES = {int(Op.IBV_WR_RDMA_WRITE): "rdma_write", int(Op.IBV_WR_RDMA_READ): "rdma_read",
           int(Op.IBV_WR_SEND): "send"}
+
+
+
+class QP(Protocol):
+    """What the data path needs of a queue pair (``pyverbs.qp.QP`` provides it)."""
+
+    attr: Any
+    sq_sig_all: bool
+    rcq: Any
+
+    @property
+    def nic(self) -> Nic: ...
+
+    @property
+    def qp_num(self) -> int: ...
+
+    @property
+    def qp_state(self) -> int: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def pd(self) -> Any: ...
+
+    def set_error(self) -> None: ...
+
+    def pop_recv(self) -> Any: ...
+
 
 Segment = tuple[AddressSpace, int, int]
 Done = Callable[..., "WC | None"]
@@ -76,13 +111,14 @@ def _peer(qp: QP) -> QP | None:
 
 
 def _move(dst: list[Segment], src: list[Segment]) -> bool:
-    """Scatter the gathered ``src`` into ``dst``; False (nothing moved) if any side is virtual."""
-    kinds = [(seg, classify(seg[0], seg[1], seg[2])) for seg in dst + src if seg[2]]
+    """Scatter the gathered ``src`` into ``dst``; False (nothing moved) if any side is virtual.
+
+    Registered process memory (tracked or not) is read and written in place (§5.2).
+    """
+    kinds = [(seg, classify(seg[0], seg[1], seg[2], write=True)) for seg in dst if seg[2]]
+    kinds += [(seg, classify(seg[0], seg[1], seg[2])) for seg in src if seg[2]]
     for (space, ptr, n), kind in kinds:
-        if kind == "untracked":
-            raise UntrackedMemoryError(
-                f"RDMA range [{ptr:#x}, {ptr + n:#x}) is not inside a buffer the fake knows "
-                f"({space.describe(ptr)}); track it on its node (node.track(buffer))")
+        require(kind, space, ptr, n, "RDMA")
     if any(kind == "virtual" for _, kind in kinds):
         return False
     di = si = 0
@@ -143,9 +179,17 @@ def execute_send(qp: QP, wr: SendWR) -> WC | None:
     pspace = peer.nic.node.space
     if opcode == Op.IBV_WR_SEND:
         return _send(qp, peer, wr, local, total, done)
-    rec = peer.nic.mr_by_key(wr.rkey)
     want = F.IBV_ACCESS_REMOTE_WRITE if opcode == Op.IBV_WR_RDMA_WRITE else \
         F.IBV_ACCESS_REMOTE_READ
+    # rxe_resp.c check_op_valid: the responder QP must allow the operation
+    # (qp_access_flags), else it NAKs before looking at any key
+    if not peer.attr.qp_access_flags & want:
+        return done(int(peer.nic.profile.qp_access_violation_status))
+    # rxe_resp.c check_resource: a READ needs responder resources (max_dest_rd_atomic);
+    # with none the responder NAKs "invalid request"
+    if opcode == Op.IBV_WR_RDMA_READ and peer.attr.max_dest_rd_atomic == 0:
+        return done(int(St.IBV_WC_REM_INV_REQ_ERR))
+    rec = peer.nic.mr_by_key(wr.rkey)
     if rec is None or rec.pd_id != peer.pd.pd_id or not rec.contains(wr.remote_addr, total) \
             or not rec.access & want:
         return done(int(St.IBV_WC_REM_ACCESS_ERR))

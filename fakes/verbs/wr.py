@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from . import enums as V
-from .errors import NotModelledError, PyverbsUserError
-from .mr import c_size_t, c_uint
+from .cints import c_size_t, c_uint
+from .errors import NotModelledError, PyverbsUserError, StandIns
 
 __all__ = ["SGE", "RecvWR", "SendWR"]
 
@@ -21,8 +21,10 @@ _NO_SGE_OPCODES = frozenset({int(V.ibv_wr_opcode.IBV_WR_BIND_MW),
                              int(V.ibv_wr_opcode.IBV_WR_SEND_WITH_INV)})
 
 
-class SGE:
+class SGE(StandIns):
     """One scatter/gather element: ``addr`` (u64), ``length`` (u32), ``lkey`` (u32)."""
+
+    NOT_MODELLED_ATTRS = frozenset({"close", "read"})
 
     def __init__(self, addr: int, length: int, lkey: int) -> None:
         self.addr = addr
@@ -72,8 +74,10 @@ def _sg_list(num_sge: int, sg: Sequence[SGE] | None, opcode: int | None) -> list
     return items[:num_sge]
 
 
-class SendWR:
+class SendWR(StandIns):
     """A send-queue work request; ``set_wr_rdma(rkey, addr)`` makes it an RDMA op."""
+
+    NOT_MODELLED_ATTRS = frozenset({"close", "set_bind_wr", "set_qp_type_xrc"})
 
     def __init__(self, wr_id: int = 0, opcode: int = int(V.ibv_wr_opcode.IBV_WR_SEND),
                  num_sge: int = 0, imm_data: int = 0, sg: Sequence[SGE] | None = None,
@@ -117,8 +121,10 @@ class SendWR:
         return out
 
 
-class RecvWR:
+class RecvWR(StandIns):
     """A receive-queue work request: where an incoming SEND lands."""
+
+    NOT_MODELLED_ATTRS = frozenset({"close"})
 
     def __init__(self, wr_id: int = 0, num_sge: int = 0, sg: Sequence[SGE] | None = None,
                  next_wr: RecvWR | None = None) -> None:

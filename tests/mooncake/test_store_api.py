@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kvreg.fakes.mooncake import ErrorCode, FakeMooncake, ReplicateConfig
-from kvreg.fakes.verbs import NotModelledError, UntrackedMemoryError
+from kvreg.fakes.verbs import NotModelledError
 
 INVALID = int(ErrorCode.INVALID_PARAMS)
 NOT_FOUND = int(ErrorCode.OBJECT_NOT_FOUND)
@@ -232,11 +232,8 @@ def test_virtual_objects_have_sizes_but_no_bytes(mk: Mk, buf: Buf) -> None:
     fake.close_all()
 
 
-def test_untracked_real_memory_and_unmodelled_methods_fail_loudly(mk: Mk) -> None:
+def test_unmodelled_methods_and_bad_pointers_fail_loudly(mk: Mk) -> None:
     _fake, store = mk(protocol="tcp")
-    hidden = np.ones(4096, np.uint8)
-    with pytest.raises(UntrackedMemoryError, match="track"):
-        store.put_from("k", hidden.ctypes.data, 4096)
     with pytest.raises(NotModelledError, match="get_buffer"):
         store.get_buffer("k")
     with pytest.raises(TypeError):

@@ -59,7 +59,9 @@ class Side:
 
 
 def make_side(node: Node, dev: str = "mlx5_0", *, sq_sig_all: int = 1,
-              max_send_wr: int = 16) -> Side:
+              max_send_wr: int = 16, access: int = RW) -> Side:
+    """A PD, CQ and RC QP in INIT; the QP's access flags are set at INIT, as rdma-core's
+    tests do (pyverbs' to_rtr/to_rts do not carry IBV_QP_ACCESS_FLAGS)."""
     m = node.modules
     ctx = m["pyverbs.device"].Context(name=dev)
     pd = m["pyverbs.pd"].PD(ctx)
@@ -68,7 +70,9 @@ def make_side(node: Node, dev: str = "mlx5_0", *, sq_sig_all: int = 1,
     cap = Q.QPCap(max_send_wr=max_send_wr, max_recv_wr=16, max_send_sge=4, max_recv_sge=4)
     init = Q.QPInitAttr(qp_type=int(ibv_qp_type.IBV_QPT_RC), scq=cq, rcq=cq, cap=cap,
                         sq_sig_all=sq_sig_all)
-    qp = Q.QP(pd, init, Q.QPAttr())
+    attr = Q.QPAttr()
+    attr.qp_access_flags = access
+    qp = Q.QP(pd, init, attr)
     return Side(node, m, ctx, pd, cq, qp)
 
 
@@ -77,6 +81,7 @@ def connect(x: Side, y: Side, *, access: int = RW) -> None:
     Q, Ad = x.mods["pyverbs.qp"], x.mods["pyverbs.addr"]
     attr = Q.QPAttr()
     attr.qp_access_flags = access
+    attr.max_rd_atomic = attr.max_dest_rd_atomic = 1   # READs need both (rxe)
     attr.dest_qp_num = y.qp.qp_num
     gid = y.ctx.query_gid(1, 0)
     attr.ah_attr = Ad.AHAttr(is_global=1, gr=Ad.GlobalRoute(dgid=gid), port_num=1)
@@ -107,4 +112,4 @@ def kit() -> Any:
     under --import-mode=importlib)."""
     import types
 
-    return types.SimpleNamespace(make_side=make_side, connect=connect, RW=RW)
+    return types.SimpleNamespace(make_side=make_side, connect=connect, RW=RW, Side=Side)
