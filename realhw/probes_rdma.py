@@ -107,7 +107,9 @@ class VerbsProbeContext:
         for _ in range(2):
             cap = q.QPCap(max_send_wr=8, max_recv_wr=8, max_send_sge=2, max_recv_sge=2)
             init = q.QPInitAttr(qp_type=QPT_RC, scq=cq, rcq=cq, cap=cap, sq_sig_all=1)
-            qp = q.QP(self.pd, init, q.QPAttr())
+            created = q.QPAttr()
+            created.qp_access_flags = RW     # INIT attribute: to_rtr keeps an INIT QP's flags
+            qp = q.QP(self.pd, init, created)
             self._open.append(qp)
             qps.append(qp)
         ah = self._ah()

@@ -145,11 +145,12 @@ class QP(StandIns):
         self._modify(qp_attr, self._pyverbs_mask(int(S.IBV_QPS_INIT)), "init")
 
     def to_rtr(self, qp_attr: QPAttr) -> None:
-        """INIT (again, INIT->INIT is legal) then RTR: pyverbs' docstring (rdma-core v44)
-        says it assumes INIT or RESET and transitions to INIT before RTR, so the INIT
-        attributes (``qp_access_flags``) of ``qp_attr`` apply too; from any other state
-        the INIT step fails with EINVAL."""
-        self.to_init(qp_attr)
+        """RTR, going through INIT first only when the QP is not already in INIT, as
+        pyverbs' ``QP.to_rtr`` does (qp.pyx: ``if self.qp_state != IBV_QPS_INIT``): so a
+        QP created in INIT keeps the ``qp_access_flags`` it got then, and flags given
+        only to ``to_rtr``/``to_rts`` do not reach the responder."""
+        if self._state != S.IBV_QPS_INIT:
+            self.to_init(qp_attr)
         qp_attr.qp_state = int(S.IBV_QPS_RTR)
         self._modify(qp_attr, self._pyverbs_mask(int(S.IBV_QPS_RTR)), "RTR")
 

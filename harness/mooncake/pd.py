@@ -69,7 +69,11 @@ def _endpoint(node: Node, nic: str, pd_id: int) -> _Endpoint:
     cq = CQ(ctx, 16)
     cap = QPCap(max_send_wr=1, max_recv_wr=1, max_send_sge=1, max_recv_sge=1)
     init = QPInitAttr(qp_type=int(V.ibv_qp_type.IBV_QPT_RC), scq=cq, rcq=cq, cap=cap)
-    return _Endpoint(ctx, cq, QP(pd, init, QPAttr()))
+    # the responder's access flags are INIT attributes: they must be given when the QP is
+    # created (it goes to INIT then); pyverbs' to_rtr/to_rts do not apply them again
+    created = QPAttr()
+    created.qp_access_flags = RW
+    return _Endpoint(ctx, cq, QP(pd, init, created))
 
 
 def _connect(x: _Endpoint, y: _Endpoint) -> None:

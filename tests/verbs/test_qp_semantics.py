@@ -326,3 +326,22 @@ def test_modify_changes_exactly_the_masked_fields(bits: set[int], value: int) ->
     for bit, field in _SCALAR_BITS.items():
         want = value if bit in bits else getattr(before, field)
         assert getattr(after, field) == want, field
+
+
+def test_to_rtr_from_init_keeps_the_access_flags_given_at_creation(fabric: Fabric,
+                                                                   kit: Any) -> None:
+    # pyverbs qp.pyx QP.to_rtr: ``if self.qp_state != IBV_QPS_INIT: self.to_init(...)``,
+    # so a QP created in INIT with no access flags keeps none, whatever to_rts is given;
+    # an RDMA WRITE to it then fails at the responder (rxe_resp.c check_op_valid)
+    a = kit.make_side(fabric.node("a"))
+    b = kit.make_side(fabric.node("b"), access=0)
+    kit.connect(a, b)
+    kit.connect(b, a, access=RW)           # flags given only at RTR/RTS: not applied
+    attr, _ = b.qp.query(int(M.IBV_QP_ACCESS_FLAGS))
+    assert attr.qp_access_flags == 0
+    src, dst = a.buffer(64, fill=5), b.buffer(64)
+    smr, dmr = a.mr(src), b.mr(dst)
+    a.qp.post_send(a.send_wr(OP.IBV_WR_RDMA_WRITE, [a.sge(src.ctypes.data, 64, smr.lkey)],
+                             rkey=dmr.rkey, remote=dst.ctypes.data))
+    assert [w.status for w in a.poll_all()] == [10]          # mlx5 (see _oracle)
+    assert not np.array_equal(src, dst)
