@@ -240,9 +240,13 @@ def test_an_unregistered_buffer_fails_its_pages(tmp_path: Path) -> None:
     sc = scenario(tmp_path, "mooncake = { mc_max_mr_size = 8388608 }\n", MLA_POOL, pages=8)
     nothing = user(tmp_path, "def register(*a: Any, **k: Any) -> list:\n    return []\n")
     result = run_scenario(sc, nothing)
-    assert rules(result) == ["transfer-failed"]
-    assert "page 0 (key '0__k') in layer 0 of kv_buffer" in result.first_violation
-    assert "lies in no registered MR" in result.first_violation
+    # the end state names the cause first; the copy of page 0 shows the symptom
+    assert rules(result) == ["registered", "transfer-failed"]
+    assert "register() of kv_buffer returned normally but registered none of its" in \
+        result.first_violation
+    symptom = result.violations[1].message
+    assert "page 0 (key '0__k') in layer 0 of kv_buffer" in symptom
+    assert "lies in no registered MR" in symptom
 
 
 def test_pd_protection_error_names_the_page_and_status(tmp_path: Path) -> None:
@@ -262,7 +266,9 @@ def test_pd_protection_error_names_the_page_and_status(tmp_path: Path) -> None:
             return out
         """)
     result = run_scenario(sc, fixed)
-    assert rules(result) == ["pd-transfer-failed"]
+    # the symptom first, then the end state: each node's seam at 1114112 cuts a page
+    assert rules(result) == ["pd-transfer-failed", "seams-aligned", "seams-aligned"]
+    assert all("lies at offset 1114112" in v.message for v in result.violations[1:])
     assert result.first_violation.startswith(
         "page 8 of the K half of kv_buffer on prefill [1048576, 1179648) is cut by the MR "
         "seam at offset 1114112: the RDMA WRITE from prefill to decode (call #")
@@ -298,7 +304,9 @@ def test_pd_decode_seam_is_a_remote_access_error(tmp_path: Path) -> None:
             return out
         """)
     result = run_scenario(sc, mixed)
-    assert rules(result) == ["pd-transfer-failed"]
+    # only the decode pool's seams are misaligned
+    assert rules(result) == ["pd-transfer-failed", "seams-aligned"]
+    assert "kv_buffer on decode" in result.violations[1].message
     assert result.first_violation.startswith(
         "page 8 of the K half of kv_buffer on decode [1048576, 1179648) is cut by the MR seam "
         "at offset 1114112")

@@ -84,8 +84,10 @@ def test_user_implementation_failure_message(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines([
-        "*scenario mla/above-limit failed (1 violation(s))*",
-        "*[[]transfer-failed] page 238 of kv_buffer*spans registrations at offset 1073741824*"])
+        "*scenario mla/above-limit failed (2 violation(s))*",
+        "*[[]transfer-failed] page 238 of kv_buffer*spans registrations at offset 1073741824*",
+        "*[[]seams-aligned] a seam between two registrations of kv_buffer lies at offset "
+        "1073741824*cuts copy page 238*"])
 
 
 def test_command_line_options_override_the_ini(pytester: pytest.Pytester) -> None:

@@ -27,7 +27,7 @@ ENV_CHUNK_GB = "SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB"
 GiB = 1 << 30
 
 SUMMARY_KEYS = {"total", "passed", "failed", "errors", "skipped"}
-SCENARIO_KEYS = {"id", "pool", "verdict", "violations"}
+SCENARIO_KEYS = {"id", "pool", "verdict", "violations", "warnings"}
 VERDICT_COUNTS = {"pass": "passed", "fail": "failed", "error": "errors", "skip": "skipped"}
 
 
@@ -86,9 +86,10 @@ def check_report(doc: Any) -> dict[str, dict[str, Any]]:
     """Assert ``doc`` is exactly the contract's JSON report; return scenarios by id.
 
     ``{"summary": {"total", "passed", "failed", "errors", "skipped"}, "scenarios": [{"id",
-    "pool", "verdict", "violations"}]}``; a skipped or errored scenario may add a string
-    ``reason``; a scenario whose pages went through the batch copy may add ``copy``
-    (``{"pages_copied", "pages_total", "method"}``), nothing else.
+    "pool", "verdict", "violations", "warnings"}]}``; a skipped or errored scenario may add a
+    string ``reason``; a scenario whose pages went through the batch copy may add ``copy``
+    (``{"pages_copied", "pages_total", "method"}``), nothing else. ``warnings`` is always
+    present, possibly empty.
     """
     assert isinstance(doc, dict) and set(doc) == {"summary", "scenarios"}, doc.keys()
     summary, scenarios = doc["summary"], doc["scenarios"]
@@ -112,7 +113,8 @@ def check_report(doc: Any) -> dict[str, dict[str, Any]]:
         assert isinstance(s["id"], str) and isinstance(s["pool"], str) and s["pool"]
         assert s["verdict"] in VERDICT_COUNTS, s
         assert isinstance(s["violations"], list)
-        for v in s["violations"]:
+        assert isinstance(s["warnings"], list)
+        for v in s["violations"] + s["warnings"]:
             assert set(v) == {"rule", "message"}, v
             assert isinstance(v["rule"], str) and isinstance(v["message"], str)
             assert v["rule"] and v["message"]

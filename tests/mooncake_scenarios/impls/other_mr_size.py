@@ -21,10 +21,11 @@ def register(store: Any, ptr: int, nbytes: int, *, max_mr_size: int,
     half = max(max_mr_size // 2 // unit * unit, unit)
     done: list[tuple[int, int]] = []
     for off, size in _chunks(nbytes, min(half, max_mr_size), granularity):
-        if store.register_buffer(ptr + off, size) != 0:
+        rc = store.register_buffer(ptr + off, size)
+        if rc != 0:
             for p, _ in reversed(done):
                 store.unregister_buffer(p)
-            raise RuntimeError(f"register_buffer failed at offset {off}")
+            raise RuntimeError(f"register_buffer failed (rc={rc}) at offset {off}")
         done.append((ptr + off, size))
     return done
 

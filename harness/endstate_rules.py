@@ -1,0 +1,333 @@
+"""Rules that judge the end state of a register, not only its symptoms.
+
+A copy that happens to succeed proves little: a register that pins nothing, or only its
+first chunk, leaves every later copy on the pageable path, which is legal and silent. These
+rules read what the implementation left behind and what it raised:
+
+- ``registered``: after a register that returned normally, every byte of every buffer the
+  pool pins is covered by live registrations exactly once (no gap, no overlap). With
+  ``pinning = "optional"`` "nothing registered, no exception, nothing pending" also passes.
+- ``seams-aligned``: every seam between two registrations of one buffer lies on a multiple
+  of the buffer's copy unit, judged from the registrations themselves.
+- ``error-reported``: an exception raised after a failed registration call carries that
+  call's error (code, name or string), not a TypeError from a broken error path.
+- ``recovered``: a failed call the implementation retried past (fully registered, aligned,
+  nothing raised) is a pass, reported as a warning.
+- ``error-pending``: a runtime instance still holding a last error after register or
+  teardown returned (spec/cuda-runtime.md §6).
+
+The functions take plain data (:class:`BufferEnd`, :class:`FailedCall`, :class:`Raised`),
+so the CUDA and the Mooncake checks share them and a record can cross a process boundary.
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+import traceback
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .checks import Violation
+
+__all__ = ["PINNING", "BufferEnd", "FailedCall", "Pending", "Raised", "coverage_problems",
+           "check_error_pending", "check_error_reported", "check_registered",
+           "check_seams_aligned", "fully_registered", "live_ranges", "recovered_warnings",
+           "rollback_phrase", "summarize_exception"]
+
+PINNING = ("required", "optional")
+# exception types that mean the implementation's own code broke, not that it reported a failure
+PROGRAMMING_ERRORS = frozenset({"TypeError", "AttributeError", "NameError",
+                                "UnboundLocalError", "KeyError", "IndexError",
+                                "AssertionError", "ImportError",
+                                "ModuleNotFoundError", "ZeroDivisionError", "OverflowError"})
+_FAKES = str(Path(__file__).resolve().parents[1] / "fakes")
+# one message line kept per exception of a chain; enough to find a code or a name
+_MAX_CHAIN = 8
+
+
+@dataclass(frozen=True)
+class Raised:
+    """What a register raised, as plain data: the type, every message of the chain
+    (the exception, then its ``__cause__`` / ``__context__``), where in the
+    implementation it came from, and a ``code`` attribute if it had one."""
+
+    type_name: str
+    chain: tuple[str, ...]
+    origin: str = ""
+    code_attr: int | None = None
+
+    @property
+    def first(self) -> str:
+        return self.chain[0] if self.chain else self.type_name
+
+
+def _origin(exc: BaseException) -> str:
+    """``file.py:LINE: source`` of the innermost frame outside kvreg's own fakes."""
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
+    for fr in reversed(frames):
+        if fr.filename.startswith(_FAKES):
+            continue
+        line = (fr.line or linecache.getline(fr.filename, fr.lineno or 0)).strip()
+        return f"{Path(fr.filename).name}:{fr.lineno}: {line}"
+    return ""
+
+
+def summarize_exception(exc: BaseException) -> Raised:
+    """A picklable summary of ``exc`` and the exceptions it was raised from."""
+    chain: list[str] = []
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    code_attr: int | None = None
+    while cur is not None and id(cur) not in seen and len(chain) < _MAX_CHAIN:
+        seen.add(id(cur))
+        text = str(cur).strip().splitlines()[0] if str(cur).strip() else ""
+        chain.append(f"{type(cur).__name__}: {text}" if text else type(cur).__name__)
+        code = getattr(cur, "code", None)
+        if code_attr is None and isinstance(code, int) and not isinstance(code, bool):
+            code_attr = code
+        cur = cur.__cause__ or cur.__context__
+    return Raised(type(exc).__name__, tuple(chain), _origin(exc), code_attr)
+
+
+@dataclass(frozen=True)
+class FailedCall:
+    """A registration call that returned an error."""
+
+    seq: int
+    api: str           # "cudaHostRegister", "register_buffer"
+    ptr: int
+    size: int
+    code: int
+    name: str          # "cudaErrorMemoryAllocation", "INVALID_PARAMS"
+    text: str = ""     # the error string, when the API has one
+
+    def carried_by(self, raised: Raised) -> bool:
+        """Whether the raised exception says which error this was."""
+        if raised.code_attr == self.code:
+            return True
+        pattern = re.compile(rf"(?<![\w.-]){re.escape(str(self.code))}(?![\w.])")
+        for msg in raised.chain:
+            if self.name and self.name in msg:
+                return True
+            if self.text and self.text in msg:
+                return True
+            if pattern.search(msg):
+                return True
+        return False
+
+
+@dataclass
+class BufferEnd:
+    """One buffer as the register phase left it."""
+
+    label: str
+    base: int
+    nbytes: int
+    unit: int | None                   # the copy unit seams must respect (None: not judged)
+    returned: bool                     # register returned normally
+    raised: Raised | None = None
+    seq_end: int = 0
+    live: list[tuple[int, int]] = field(default_factory=list)   # absolute (ptr, size)
+    failed: list[FailedCall] = field(default_factory=list)
+    what: str = "registration"         # "registration" or "MR", for messages
+
+
+def live_ranges(events: Iterable[tuple[str, int, int, bool]]) -> dict[int, int]:
+    """Replay ("reg" | "unreg", ptr, size, ok) events in order: the live bases and sizes."""
+    live: dict[int, int] = {}
+    for kind, ptr, size, ok in events:
+        if not ok:
+            continue
+        if kind == "reg":
+            live[ptr] = size
+        else:
+            live.pop(ptr, None)
+    return live
+
+
+def coverage_problems(b: BufferEnd) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """Gaps and doubly-covered spans of ``b`` as (offset, length), each ascending."""
+    spans = sorted((max(p - b.base, 0), min(p + s - b.base, b.nbytes)) for p, s in b.live
+                   if p < b.base + b.nbytes and p + s > b.base)
+    gaps: list[tuple[int, int]] = []
+    overlaps: list[tuple[int, int]] = []
+    reach = 0
+    for start, end in spans:
+        if start > reach:
+            gaps.append((reach, start - reach))
+        elif start < reach:
+            overlaps.append((start, min(end, reach) - start))
+        reach = max(reach, end)
+    if reach < b.nbytes:
+        gaps.append((reach, b.nbytes - reach))
+    return gaps, overlaps
+
+
+def fully_registered(b: BufferEnd) -> bool:
+    gaps, overlaps = coverage_problems(b)
+    return not gaps and not overlaps
+
+
+def _covered(b: BufferEnd) -> int:
+    gaps, _ = coverage_problems(b)
+    return b.nbytes - sum(n for _, n in gaps)
+
+
+def check_registered(buffers: Sequence[BufferEnd], pinning: str,
+                     skip: Iterable[str] = ()) -> list[Violation]:
+    """The ``registered`` rule over a pool whose every register returned normally.
+
+    ``skip`` names buffers another rule already explains (an error swallowed there).
+    """
+    if not buffers or not all(b.returned for b in buffers):
+        return []
+    judged = [b for b in buffers if b.nbytes > 0]
+    if pinning == "optional" and all(_covered(b) == 0 for b in judged):
+        return []           # the pageable fallback; error-pending judges what it left behind
+    skipped = set(skip)
+    out: list[Violation] = []
+    for b in judged:
+        if b.label in skipped:
+            continue
+        gaps, overlaps = coverage_problems(b)
+        covered = b.nbytes - sum(n for _, n in gaps)
+        if gaps:
+            off, n = gaps[0]
+            more = f" (and {len(gaps) - 1} more gap(s))" if len(gaps) > 1 else ""
+            if covered == 0:
+                head = f"register() of {b.label} returned normally but registered none of its "
+                head += f"{b.nbytes} bytes"
+            else:
+                head = (f"register() of {b.label} returned normally but [{b.label}+{off:#x}, "
+                        f"+{n}) is not covered by any live {b.what}{more}: {covered} of "
+                        f"{b.nbytes} bytes registered")
+            tail = ("; with pinning optional only all or nothing passes" if pinning == "optional"
+                    else "; copies from there run on the pageable path")
+            out.append(Violation("registered", head + tail, b.seq_end))
+        elif overlaps:
+            off, n = overlaps[0]
+            out.append(Violation("registered", f"bytes [{b.label}+{off:#x}, +{n}) are covered "
+                                 f"by two live {b.what}s after register() of {b.label} "
+                                 "returned: each byte must be registered exactly once",
+                                 b.seq_end))
+    return out
+
+
+def check_seams_aligned(buffers: Sequence[BufferEnd], seq: int) -> list[Violation]:
+    """Each seam between two live registrations of a buffer on a multiple of its unit."""
+    out: list[Violation] = []
+    for b in buffers:
+        if b.unit is None or b.unit <= 0 or len(b.live) < 2:
+            continue
+        inside = sorted((p - b.base, s) for p, s in b.live
+                        if p >= b.base and p + s <= b.base + b.nbytes)
+        seams = sorted({off for off, _ in inside if off > 0}
+                       | {off + s for off, s in inside if off + s < b.nbytes})
+        bad = [x for x in seams if x % b.unit]
+        if not bad:
+            continue
+        x = bad[0]
+        page = x // b.unit
+        more = f" ({len(bad) - 1} more misaligned seam(s))" if len(bad) > 1 else ""
+        out.append(Violation(
+            "seams-aligned", f"a seam between two {b.what}s of {b.label} lies at offset {x} "
+            f"({b.label}+{x:#x}), which cuts copy page {page} [{page * b.unit}, "
+            f"{(page + 1) * b.unit}) of {b.unit} bytes: {x % b.unit} bytes into it{more}",
+            seq))
+    return out
+
+
+def check_error_reported(buffers: Sequence[BufferEnd]) -> list[Violation]:
+    """A register that raised after a failed call must say which error it was."""
+    out: list[Violation] = []
+    for b in buffers:
+        if b.raised is None or not b.failed:
+            continue
+        call = b.failed[0]
+        if call.carried_by(b.raised):
+            continue
+        what = f"{call.name} ({call.code}" + (f", {call.text})" if call.text else ")")
+        where = f"{call.api}({b.label}+{call.ptr - b.base:#x}, {call.size}) (call #{call.seq})"
+        if b.raised.type_name in PROGRAMMING_ERRORS:
+            src = f" from {b.raised.origin}" if b.raised.origin else ""
+            msg = (f"register() of {b.label} raised {b.raised.first}{src} instead of reporting "
+                   f"{what} returned by {where}: its error path is broken and hides the real "
+                   "failure")
+        else:
+            msg = (f"register() of {b.label} raised {b.raised.first}, which does not name "
+                   f"{what} returned by {where}: say the failing code, its name or its string")
+        out.append(Violation("error-reported", msg, b.seq_end))
+    return out
+
+
+def recovered_warnings(buffers: Sequence[BufferEnd]) -> list[Violation]:
+    """Failed calls a register retried past: fully registered, aligned, nothing raised."""
+    out: list[Violation] = []
+    for b in buffers:
+        if not b.failed or not b.returned or not fully_registered(b):
+            continue
+        if check_seams_aligned([b], 0):
+            continue
+        call = b.failed[0]
+        out.append(Violation(
+            "recovered", f"{call.api}({b.label}+{call.ptr - b.base:#x}, {call.size}) (call "
+            f"#{call.seq}) returned {call.code} {call.name}"
+            + (f" and {len(b.failed) - 1} more call(s) failed" if len(b.failed) > 1 else "")
+            + f"; register() recovered: {b.label} ended fully registered in "
+            f"{len(b.live)} {b.what}(s) on aligned seams", call.seq))
+    return out
+
+
+def rollback_phrase(earlier: int, released: int, left: Sequence[str]) -> str:
+    """"no rollback" or "partial rollback", naming what is left registered."""
+    still = ", ".join(left[:4]) + (f" and {len(left) - 4} more" if len(left) > 4 else "")
+    if released == 0:
+        return (f"no rollback (none of its {earlier} earlier chunk(s) was released; still "
+                f"registered: {still})")
+    return (f"partial rollback (released {released} of {earlier} earlier chunk(s); still "
+            f"registered: {still})")
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A runtime instance's last error as kvreg found it after a step returned."""
+
+    step: str          # "register" or "teardown"
+    runtime: str       # "torch" or "cuda-bindings"
+    code: int
+    name: str
+
+
+def check_error_pending(pending: Sequence[Pending], *, fallback: bool
+                        ) -> tuple[list[Violation], list[Violation]]:
+    """(violations, warnings) for errors left pending in a runtime instance.
+
+    A pending error in cuda-bindings' instance fails: that binding has cudaGetLastError,
+    so the code could drain it. One in torch's instance is a warning, because torch's
+    binding offers no way to drain it (spec/cuda-runtime.md §6) — except after an optional
+    pinning fell back to pageable memory, where "nothing pending" is part of the pass.
+    """
+    violations: list[Violation] = []
+    warnings: list[Violation] = []
+    seen: set[tuple[str, int]] = set()
+    for p in pending:
+        if not p.code or (p.runtime, p.code) in seen:
+            continue
+        seen.add((p.runtime, p.code))
+        head = (f"after {p.step} returned, {p.runtime}'s runtime still holds {p.name} "
+                f"({p.code}) as its last error: the next kernel-launch check reports it "
+                "against an unrelated op")
+        if p.runtime != "torch":
+            violations.append(Violation("error-pending", head + "; drain it with "
+                                        "cudaGetLastError through the same runtime", 1 << 43))
+        elif fallback:
+            violations.append(Violation("error-pending", head + "; a pageable fallback must "
+                                        "leave nothing pending: register and drain through "
+                                        "one runtime that has cudaGetLastError (cuda-python) "
+                                        "or use cuMemHostRegister", 1 << 43))
+        else:
+            warnings.append(Violation("error-pending", head + " (torch's binding has no "
+                                      "cudaGetLastError to drain it)", 1 << 43))
+    return violations, warnings
