@@ -39,6 +39,10 @@ def add_parsers(sub: Any) -> None:
     run.add_argument("--style", choices=[s for s in STYLES if s != "reference"],
                      help="implementation style (default sglang)")
     run.add_argument("--backend", choices=["fake", "cuda"], default="fake")
+    run.add_argument("--pinning", choices=["required", "optional"],
+                     help="for every scenario: 'optional' also passes a register that pins "
+                          "nothing, raises nothing and leaves no error pending (default: each "
+                          "scenario's own, 'required' unless it says otherwise)")
     run.add_argument("-k", dest="keyword", metavar="TEXT", help="only scenarios whose id "
                                                                  "contains TEXT")
     run.add_argument("--json", metavar="FILE", help="write the JSON report ('-' for stdout)")
@@ -99,6 +103,8 @@ def _table(results: Sequence[ScenarioResult], out: TextIO, show_trace: bool) -> 
         if r.verdict != "pass":
             line += f"  {r.first_violation}"
         out.write(line + "\n")
+        for w in r.warnings:
+            out.write(f"    warning [{w.rule}] {w.message}\n")
         if show_trace and r.verdict == "fail" and r.trace_text:
             out.write("    " + r.trace_text.replace("\n", "\n    ") + "\n")
     s = summary(results)
@@ -110,6 +116,7 @@ def _table(results: Sequence[ScenarioResult], out: TextIO, show_trace: bool) -> 
 def run_run(args: argparse.Namespace) -> int:
     try:
         impl = make_implementation(args.impl, args.teardown, args.style)
+        impl.pinning = args.pinning
         scenarios = select(load_paths(args.paths or None), args.keyword)
     except (ImplementationError, ScenarioError) as exc:
         print(f"kvreg run: error: {exc}", file=sys.stderr)

@@ -14,9 +14,23 @@ from kvreg.fakes.errors import error_name, error_string
 from kvreg.fakes.recorder import TraceEntry
 from kvreg.harness.pools import BufferSpec, PoolGeometry
 from kvreg.harness.pools.families import extent_at
+from kvreg.harness.run.endstate import (
+    BufferEnd,
+    FailedCall,
+    Pending,
+    Raised,
+    check_error_pending,
+    check_error_reported,
+    check_registered,
+    check_seams_aligned,
+    fully_registered,
+    live_ranges,
+    recovered_warnings,
+    rollback_phrase,
+)
 from kvreg.harness.run.result import Violation
 
-__all__ = ["BufferRun", "RunRecord", "Violation", "check_run"]
+__all__ = ["BufferRun", "RunRecord", "Violation", "buffer_ends", "check_run", "check_warnings"]
 
 GiB = 1 << 30
 # a registration is the runtime call or its driver twin (spec cuda-runtime.md §2.1)
@@ -35,6 +49,8 @@ class BufferRun:
     registered: bool = False
     seq_start: int = 0
     seq_end: int = 0
+    raised: Raised | None = None       # what register raised, as plain data
+    unit: int | None = None            # the copy unit its seams must respect
 
 
 @dataclass
@@ -54,6 +70,8 @@ class RunRecord:
     budget_hit: int | None = None
     exercised: tuple[str, ...] = ()
     logs: list[str] = field(default_factory=list)
+    pinning: str = "required"              # "optional": nothing registered also passes
+    pending: list[Pending] = field(default_factory=list)   # last errors left per runtime
 
 
 def _where(record: RunRecord, ptr: int) -> str:
@@ -110,9 +128,18 @@ def check_run(r: RunRecord) -> list[Violation]:
     register_phase_end = r.teardown_start if r.teardown_start is not None else 1 << 62
     rollback_injected = {int(e.args[0]) for e in unregs
                          if e.injected and e.code and e.seq < register_phase_end}
+    ends = buffer_ends(r)
+    end_of = {e.label: e for e in ends}
+    fallback = _fell_back(r, ends)
+    swallowed: set[str] = set()
     for b in r.buffers:
         mine = [e for e in failed_codes if b.seq_start <= e.seq < b.seq_end]
-        if mine and b.error is None:
+        # a failed call the implementation recovered from (fully registered, nothing raised)
+        # is judged by seams-aligned and reported as a warning; an optional pinning that fell
+        # back to pageable memory is judged by registered and error-pending
+        if mine and b.error is None and not fully_registered(end_of[b.spec.name]) \
+                and not fallback:
+            swallowed.add(b.spec.name)
             e = mine[0]
             logged = next((m for m in r.logs if m), "")
             out.append(Violation(
@@ -159,6 +186,12 @@ def check_run(r: RunRecord) -> list[Violation]:
                 out.append(Violation("unexpected-error", _explain_error(r, b), b.seq_end))
                 break
 
+    # the end state: what is registered, where the seams are, what was raised and left pending
+    out += check_registered(ends, r.pinning, skip=swallowed)
+    out += check_seams_aligned([e for e in ends if e.returned], (1 << 40) + 1)
+    out += check_error_reported(ends)
+    out += check_error_pending(r.pending, fallback=fallback)[0]
+
     # transfers over every page
     t = r.transfer
     if t is not None and not t.ok:
@@ -193,7 +226,7 @@ def check_run(r: RunRecord) -> list[Violation]:
         owner = _owner(r, ptr, size)
         if owner is not None and owner.error is not None:
             msg = (f"chunk [{_where(r, ptr)}, +{size}) is still registered after register() of "
-                   f"{owner.spec.name} failed: no rollback")
+                   f"{owner.spec.name} failed: {_rollback(r, owner, rollback_injected)}")
             rule = "not-rolled-back"
         elif any(step.startswith("teardown") for step in r.exercised):
             lost = any(e.injected and int(e.args[0]) == ptr for e in unregs)
@@ -214,6 +247,54 @@ def check_run(r: RunRecord) -> list[Violation]:
                                  f"{r.buffers[idx].spec.name} raised {_exc(err)}", 1 << 42))
     out.sort(key=lambda v: v.seq)
     return out
+
+
+def buffer_ends(r: RunRecord) -> list[BufferEnd]:
+    """Each buffer as its register left it: live registrations replayed from the trace up to
+    teardown, the failed registration calls it made, what it raised."""
+    stop = r.teardown_start if r.teardown_start is not None else 1 << 62
+    events = [("reg" if e.api == "cudaHostRegister" else "unreg", int(e.args[0]),
+               int(e.args[1]) if e.api == "cudaHostRegister" else 0, e.code == 0)
+              for e in r.trace if e.seq < stop
+              and e.api in ("cudaHostRegister", "cudaHostUnregister")]
+    live = live_ranges(events)
+    out = []
+    for b in r.buffers:
+        end = b.base + b.spec.nbytes
+        failed = [FailedCall(e.seq, e.api, int(e.args[0]), int(e.args[1]), int(e.code),
+                             error_name(int(e.code)), error_string(int(e.code)))
+                  for e in r.trace if e.api == "cudaHostRegister" and e.code
+                  and b.seq_start <= e.seq < b.seq_end]
+        out.append(BufferEnd(b.spec.name, b.base, b.spec.nbytes, b.unit,
+                             b.registered and b.error is None, b.raised, b.seq_end,
+                             [(p, s) for p, s in sorted(live.items())
+                              if p < end and p + s > b.base], failed))
+    return out
+
+
+def _fell_back(r: RunRecord, ends: list[BufferEnd]) -> bool:
+    """An optional pinning that registered nothing and raised nothing."""
+    return (r.pinning == "optional" and bool(ends) and all(e.returned for e in ends)
+            and not any(e.live for e in ends))
+
+
+def check_warnings(r: RunRecord) -> list[Violation]:
+    """What passes but deserves a line in the report: recovered failures, pending errors."""
+    ends = buffer_ends(r)
+    out = recovered_warnings(ends)
+    out += check_error_pending(r.pending, fallback=_fell_back(r, ends))[1]
+    out.sort(key=lambda v: v.seq)
+    return out
+
+
+def _rollback(r: RunRecord, b: BufferRun, pinned_by_fault: set[int]) -> str:
+    """"no rollback" / "partial rollback" of ``b``'s register, naming what it left."""
+    calls = [e for e in r.trace if b.seq_start <= e.seq < b.seq_end and e.code == 0]
+    earlier = sum(1 for e in calls if e.api == "cudaHostRegister")
+    released = sum(1 for e in calls if e.api == "cudaHostUnregister")
+    left = [f"[{_where(r, p)}, +{s})" for p, s in r.live_end
+            if p not in pinned_by_fault and _owner(r, p, s) is b]
+    return rollback_phrase(earlier, released, left)
 
 
 def _explain_error(r: RunRecord, b: BufferRun) -> str:

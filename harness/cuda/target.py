@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from kvreg.fakes.fake_cuda import FakeCuda
 from kvreg.fakes.patching import patch_torch_cudart
+from kvreg.harness.plan.chunking import PlanError, reference_unit
+from kvreg.harness.run.endstate import Pending, summarize_exception
 from kvreg.harness.run.isolation import env_var
 from kvreg.harness.run.result import CallBudgetExceeded, Violation
 from kvreg.harness.run.target import SkipScenario
 
 from .buffers import allocate, allocate_pinnable
-from .checks import BufferRun, RunRecord, check_run
+from .checks import BufferRun, RunRecord, check_run, check_warnings
 from .transfers import copy_every_page
 
 if TYPE_CHECKING:
@@ -55,6 +57,22 @@ def real_backend(sc: Scenario, backend: Any) -> tuple[Any, str | None]:
     if decision.action != "run":
         return None, decision.reason
     return real, None
+
+
+def pending_errors(fake: Any, step: str) -> list[Pending]:
+    """Each runtime instance's last error, read without clearing it (spec §6); a real
+    backend is not asked (its runtimes have no such hook)."""
+    from kvreg.fakes.errors import error_name
+
+    out = []
+    for label, attr in (("torch", "torch_runtime"), ("cuda-bindings", "cuda_runtime")):
+        peek = getattr(getattr(fake, attr, None), "peek_at_last_error", None)
+        if peek is None:
+            continue
+        code = int(peek())
+        if code:
+            out.append(Pending(step, label, code, error_name(code)))
+    return out
 
 
 def next_seq(fake: Any) -> int:
@@ -108,9 +126,11 @@ class CudaWorld:
                 raise
             except Exception as exc:
                 b.error = exc
+                b.raised = summarize_exception(exc)
             b.seq_end = next_seq(fake)
             if b.error is not None:
                 break
+        self.record.pending = pending_errors(fake, "register")
         return all(b.error is None for b in self.record.buffers)
 
     def transfer(self) -> None:
@@ -122,6 +142,8 @@ class CudaWorld:
             fake.runtime, self.record.geometry, self.buffers,
             registrations=[(r.base, r.size) for r in fake.live_registrations()],
             fault_detail=None if self.real_hw else (lambda: fake.cuda_runtime.last_copy_fault))
+        if not self.real_hw:   # kvreg's own copies must not read as the code's pending error
+            fake.cuda_runtime.get_last_error()
 
     def copy_coverage(self) -> dict[str, Any] | None:
         """How the copy step covered the pages (None when it did not run or had no pages)."""
@@ -152,6 +174,7 @@ class CudaWorld:
         self.record.budget_hit = len(self.fake.trace)
 
     def finish(self) -> None:
+        self.record.pending += pending_errors(self.fake, "teardown")
         self.record.trace = list(self.fake.trace)
         self.record.live_end = [(r.base, r.size) for r in self.fake.live_registrations()]
         if self.real_hw:
@@ -159,6 +182,9 @@ class CudaWorld:
 
     def judge(self) -> list[Violation]:
         return check_run(self.record)
+
+    def warnings(self) -> list[Violation]:
+        return check_warnings(self.record)
 
     def calls(self) -> int:
         return len(self.record.trace)
@@ -208,7 +234,13 @@ class CudaTarget:
                                   (), spec.cuda_registered)
             runs.append(BufferRun(i, spec, int(buffers[i].data_ptr()), None))
         record = RunRecord(geometry, sc.chunk_limit, sc.expect, fake.profile.per_call_limit,
-                           runs, [], exercised=sc.exercise)
+                           runs, [], exercised=sc.exercise, pinning=impl.pinning or sc.pinning)
+        extents = geometry.page_extents() if geometry.has_page_meta else None
+        for b in runs:   # the copy unit seams are judged against (the reference's)
+            try:
+                b.unit = reference_unit(b.spec, sc.chunk_limit, extents, b.index)[0]
+            except PlanError:
+                b.unit = None
         return CudaWorld(sc, fake, buffers, record, real_hw)
 
 

@@ -15,11 +15,23 @@ from typing import Any
 
 from kvreg.fakes.mooncake.errors import error_name
 from kvreg.fakes.recorder import TraceEntry
+from kvreg.harness.run.endstate import (
+    BufferEnd,
+    FailedCall,
+    Raised,
+    check_error_reported,
+    check_registered,
+    check_seams_aligned,
+    fully_registered,
+    live_ranges,
+    recovered_warnings,
+    rollback_phrase,
+)
 from kvreg.harness.run.result import Violation
 
 from .io import IoFailure, PoolBuffer
 
-__all__ = ["McBuffer", "McRecord", "check_mooncake_run"]
+__all__ = ["McBuffer", "McRecord", "buffer_ends", "check_mooncake_run", "mooncake_warnings"]
 
 INVALID = -600
 
@@ -36,6 +48,7 @@ class McBuffer:
     seq_start: int = 0
     seq_end: int = 0
     live_after_error: list[tuple[int, int]] = field(default_factory=list)
+    raised: Raised | None = None       # what register raised, as plain data
 
 
 @dataclass
@@ -54,6 +67,8 @@ class McRecord:
     live_end: list[tuple[str, int, int]] = field(default_factory=list)   # node, base, size
     budget_hit: int | None = None
     logs: list[str] = field(default_factory=list)
+    pinning: str = "required"           # "optional": registering nothing also passes
+    seams_matter: bool = True           # False where the store splits slices at MR seams
 
 
 def _node(e: TraceEntry) -> str:
@@ -92,7 +107,12 @@ def check_mooncake_run(r: McRecord) -> list[Violation]:
         out.append(Violation("call-budget", f"stopped after {r.budget_hit} store calls: the "
                              "implementation loops or never finishes", 0))
     _check_calls(r, regs, out)
-    _check_failures(r, regs, out)
+    ends = buffer_ends(r)
+    swallowed = _check_failures(r, regs, out, ends)
+    out += check_registered(ends, r.pinning, skip=swallowed)
+    if r.seams_matter:
+        out += check_seams_aligned([e for e in ends if e.returned], (1 << 40) + 1)
+    out += check_error_reported(ends)
     for f in r.io_failures:
         out.append(Violation(f.rule, f.sentence, f.seq))
     _check_releases(r, calls, out)
@@ -146,12 +166,59 @@ def _explain(r: McRecord, regs: list[TraceEntry], b: McBuffer) -> str:
     return msg
 
 
-def _check_failures(r: McRecord, regs: list[TraceEntry], out: list[Violation]) -> None:
-    """Failed register_buffer calls are raised and rolled back; expectations are met."""
+def buffer_ends(r: McRecord) -> list[BufferEnd]:
+    """Each buffer as its register left it: the MRs live when teardown began, replayed from
+    the trace, the failed register_buffer calls it made, what it raised."""
+    stop = r.teardown_start if r.teardown_start is not None else 1 << 62
+    calls = [e for e in r.trace if e.face.startswith("mooncake:") and e.seq < stop
+             and e.api in ("register_buffer", "unregister_buffer")]
+    live_by_node: dict[str, dict[int, int]] = {}
+    for node in {_node(e) for e in calls}:
+        live_by_node[node] = live_ranges(
+            ("reg" if e.api == "register_buffer" else "unreg", int(e.args[0]),
+             int(e.args[1]) if e.api == "register_buffer" else 0, e.code == 0)
+            for e in calls if _node(e) == node)
+    out = []
+    for b in r.buffers:
+        p = b.pool
+        live = live_by_node.get(p.node, {})
+        failed = [FailedCall(e.seq, "register_buffer", int(e.args[0]), int(e.args[1]),
+                             int(e.code or 0), error_name(int(e.code or 0)))
+                  for e in calls if e.api == "register_buffer" and e.code
+                  and _node(e) == p.node and b.seq_start <= e.seq < b.seq_end]
+        out.append(BufferEnd(p.label, p.base, p.nbytes, b.granularity or None,
+                             b.registered and b.error is None, b.raised, b.seq_end,
+                             [(q, s) for q, s in sorted(live.items())
+                              if q < p.base + p.nbytes and q + s > p.base], failed, "MR"))
+    return out
+
+
+def _fell_back(r: McRecord, ends: list[BufferEnd]) -> bool:
+    return (r.pinning == "optional" and bool(ends) and all(e.returned for e in ends)
+            and not any(e.live for e in ends))
+
+
+def mooncake_warnings(r: McRecord) -> list[Violation]:
+    """Failed register_buffer calls the implementation recovered from."""
+    return recovered_warnings(buffer_ends(r))
+
+
+def _check_failures(r: McRecord, regs: list[TraceEntry], out: list[Violation],
+                    ends: list[BufferEnd]) -> set[str]:
+    """Failed register_buffer calls are raised and rolled back; expectations are met.
+
+    Returns the buffers whose error was swallowed (the registered rule says no more there).
+    """
     any_failed = any(e.code for e in regs)
+    end_of = {(e.label, e.base): e for e in ends}
+    fallback = _fell_back(r, ends)
+    swallowed: set[str] = set()
     for b in r.buffers:
         mine = _failing(r, regs, b)
-        if mine and b.error is None:
+        # recovered (fully registered, nothing raised) or an optional pinning's fallback
+        if mine and b.error is None and not fallback \
+                and not fully_registered(end_of[b.pool.label, b.pool.base]):
+            swallowed.add(b.pool.label)
             e = mine[0]
             logged = next((m for m in r.logs if m), "")
             out.append(Violation(
@@ -164,6 +231,12 @@ def _check_failures(r: McRecord, regs: list[TraceEntry], out: list[Violation]) -
             failed_rollback = {int(x.args[0]) for x in r.trace
                                if x.api == "unregister_buffer" and x.injected
                                and b.seq_start <= x.seq < b.seq_end}
+            made = [e for e in r.trace if e.face.startswith("mooncake:") and e.code == 0
+                    and b.seq_start <= e.seq < b.seq_end and _node(e) == b.pool.node]
+            earlier = sum(1 for e in made if e.api == "register_buffer")
+            released = sum(1 for e in made if e.api == "unregister_buffer")
+            left = [f"[{_where(r, b.pool.node, p)}, +{s})" for p, s in b.live_after_error
+                    if p not in failed_rollback]
             for ptr, size in b.live_after_error:
                 if ptr in failed_rollback:
                     continue
@@ -171,7 +244,8 @@ def _check_failures(r: McRecord, regs: list[TraceEntry], out: list[Violation]) -
                        if mine else "")
                 out.append(Violation(
                     "not-rolled-back", f"MR [{_where(r, b.pool.node, ptr)}, +{size}) is still "
-                    f"registered after register() of {b.pool.label} failed{why}: no rollback",
+                    f"registered after register() of {b.pool.label} failed{why}: "
+                    + rollback_phrase(earlier, released, left).replace("chunk(s)", "MR(s)"),
                     b.seq_end))
     if r.expect == "success" or (r.expect == "register-error" and not any_failed
                                  and r.budget_hit is None):
@@ -200,6 +274,7 @@ def _check_failures(r: McRecord, regs: list[TraceEntry], out: list[Violation]) -
                                      f"{b_err.pool.label} rejected the stride with "
                                      f"{_exc(b_err.error)}; expected ValueError",
                                      b_err.seq_end))
+    return swallowed
 
 
 def _check_releases(r: McRecord, calls: list[TraceEntry], out: list[Violation]) -> None:

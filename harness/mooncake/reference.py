@@ -10,6 +10,7 @@ public contract.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -21,7 +22,8 @@ from kvreg.harness.run.registration import (
 )
 
 __all__ = ["DEFAULT_MAX_MR_SIZE", "MultiBufferError", "effective_mr_limit", "iter_pool_buffers",
-           "pack_multi_buffer_meta", "register", "teardown", "uses_multi_buffer"]
+           "own_mr_limit", "pack_multi_buffer_meta", "register", "teardown",
+           "uses_multi_buffer"]
 
 GiB = 1 << 30
 DEFAULT_MAX_MR_SIZE = 1 << 40          # GlobalConfig::max_mr_size, 1 TiB (§1.6)
@@ -68,14 +70,33 @@ def _unregister_all(store: Any, ranges: list[tuple[int, int]]) -> list[tuple[int
     return release_in_reverse(store.unregister_buffer, ranges)
 
 
-def register(store: Any, ptr: int, nbytes: int, *, max_mr_size: int,
+def own_mr_limit() -> int:
+    """The effective MR limit computed here, as Mooncake computes it at setup (§1.6):
+    ``MC_MAX_MR_SIZE`` from the environment (1 TiB when unset or 0), lowered to the
+    ``max_mr_size`` every RDMA device reports through pyverbs (none without an RDMA stack)."""
+    sizes: list[int] = []
+    try:
+        from pyverbs.device import Context, get_device_list  # type: ignore[import-not-found]
+        devices = get_device_list()
+    except Exception:   # no RDMA stack: only the environment limits
+        devices = []
+    for dev in devices:
+        with Context(name=dev.name) as ctx:
+            sizes.append(int(ctx.query_device().max_mr_size))
+    return effective_mr_limit(os.environ.get("MC_MAX_MR_SIZE"), sizes)
+
+
+def register(store: Any, ptr: int, nbytes: int, *, max_mr_size: int | None = None,
              granularity: int | None) -> list[tuple[int, int]]:
-    """Register ``[ptr, ptr+nbytes)`` with the store in MRs of at most ``max_mr_size``.
+    """Register ``[ptr, ptr+nbytes)`` with the store in MRs of at most ``max_mr_size``
+    (None: computed here by :func:`own_mr_limit`).
 
     Seams fall on multiples of ``granularity`` (the object stride, e.g. FastDeploy's
     ``cache_buffer_stride_bytes``). A non-zero return rolls back every earlier MR and raises
     RegistrationError naming the rc, offset, size and total.
     """
+    if max_mr_size is None:
+        max_mr_size = own_mr_limit()
     chunks = plan_chunks(nbytes, max_mr_size, granularity)
     done: list[tuple[int, int]] = []
     for off, size in chunks:

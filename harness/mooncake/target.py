@@ -20,22 +20,30 @@ Options (the scenario's ``mooncake`` table), all optional:
 - ``io``: ``auto`` (multi-buffer where a page has more pointers than keys), ``flat``, ``multi``
 - ``merged``: one batch call for every member of a hybrid pool (newer SGLang, §3.4)
 - ``pd``: also write every page from a prefill node into a decode node by RDMA WRITE
+- ``limit``: ``given`` (default: register gets the effective MR limit as ``max_mr_size``) or
+  ``own`` (it gets None and computes the limit itself: ``MC_MAX_MR_SIZE`` as the store saw it
+  at setup is in the environment, and ``pyverbs`` reaches the node's NICs); an
+  implementation that needs the limit given is skipped there, saying why
+- ``teardown``: ``unregister`` (default: the implementation's teardown) or ``close`` (each
+  teardown round closes the store, whose tearDownAll releases every MR, §1.1)
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kvreg.fakes.mooncake import STORE_PROFILES, FakeMooncake
 from kvreg.fakes.verbs.profiles import get_nic_profile
 from kvreg.harness.pools import GeometryError, PoolGeometry
+from kvreg.harness.run.endstate import summarize_exception
+from kvreg.harness.run.isolation import env_var
 from kvreg.harness.run.result import CallBudgetExceeded, Violation
 from kvreg.harness.run.target import CannotRun, SkipScenario
 
-from .checks import McBuffer, McRecord, check_mooncake_run
+from .checks import McBuffer, McRecord, check_mooncake_run, mooncake_warnings
 from .io import (
     IoPlanError,
     PoolBuffer,
@@ -59,7 +67,10 @@ MASTER = "kvreg-master:50051"
 _IO = ("auto", "flat", "multi")
 _BOOLS = ("fastdeploy_clamp", "merged", "pd")
 _INTS = ("device_max_mr_size", "mc_max_mr_size")
-_KNOWN = ("profile", "protocol", "devices", *_INTS, *_BOOLS, "io")
+_KNOWN = ("profile", "protocol", "devices", *_INTS, *_BOOLS, "io", "limit", "teardown")
+LIMITS = ("given", "own")
+TEARDOWNS = ("unregister", "close")
+ENV_MR = "MC_MAX_MR_SIZE"
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,8 @@ class MooncakeOptions:
     io: str = "auto"
     merged: bool = False
     pd: bool = False
+    limit: str = "given"
+    teardown: str = "unregister"
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> MooncakeOptions:
@@ -117,6 +130,10 @@ def validate_options(options: Mapping[str, Any]) -> list[str]:
     for key in _BOOLS:
         if not isinstance(options.get(key, False), bool):
             problems.append(f"{key} = true or false (got {options[key]!r})")
+    if options.get("limit", "given") not in LIMITS:
+        problems.append(f"limit = one of {list(LIMITS)} (got {options['limit']!r})")
+    if options.get("teardown", "unregister") not in TEARDOWNS:
+        problems.append(f"teardown = one of {list(TEARDOWNS)} (got {options['teardown']!r})")
     if options.get("io", "auto") not in _IO:
         problems.append(f"io = one of {list(_IO)} (got {options['io']!r})")
     if options.get("pd") is True:
@@ -139,6 +156,7 @@ class _Run:
     pools: dict[str, list[PoolBuffer]]
     limit: int
     runs: list[McBuffer] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)   # MC_MAX_MR_SIZE as the store saw it
 
 
 def _build(sc: Scenario, opts: MooncakeOptions) -> _Run:
@@ -179,7 +197,7 @@ def _build(sc: Scenario, opts: MooncakeOptions) -> _Run:
                            f"uses {limit}")
     real = sc.memory == "real"
     pools = {n: allocate_pool(fake, n, geometry, real=real, label_node=opts.pd) for n in nodes}
-    return _Run(fake, geometry, stores, pools, limit)
+    return _Run(fake, geometry, stores, pools, limit, env=env)
 
 
 def _next_seq(fake: FakeMooncake) -> int:
@@ -187,7 +205,8 @@ def _next_seq(fake: FakeMooncake) -> int:
     return trace[len(trace) - 1].seq + 1 if len(trace) else 0
 
 
-def _register(run: _Run, impl: Implementation, nodes: tuple[str, ...]) -> bool:
+def _register(run: _Run, impl: Implementation, nodes: tuple[str, ...],
+              own_limit: bool = False) -> bool:
     """Register every buffer of every node; stop at the first error. True if all went well."""
     fake = run.fake
     extents = run.geometry.page_extents() if run.geometry.has_page_meta else None
@@ -198,13 +217,15 @@ def _register(run: _Run, impl: Implementation, nodes: tuple[str, ...]) -> bool:
             run.runs.append(b)
             b.seq_start = _next_seq(fake)
             try:
-                b.handle = impl.register_mr(store, pb.base, pb.nbytes, max_mr_size=run.limit,
+                b.handle = impl.register_mr(store, pb.base, pb.nbytes,
+                                            max_mr_size=None if own_limit else run.limit,
                                             granularity=b.granularity)
                 b.registered = True
             except CallBudgetExceeded:
                 raise
             except Exception as exc:
                 b.error = exc
+                b.raised = summarize_exception(exc)
             b.seq_end = _next_seq(fake)
             if b.error is not None:
                 b.live_after_error = [(p, s) for p, s in store.registered_buffers()
@@ -243,13 +264,19 @@ class MooncakeWorld:
         self.record = record
 
     def isolation(self) -> AbstractContextManager[Any]:
-        return self.run.fake.patch(self.opts.nodes[0])
+        """The store module, pyverbs (the node's NICs) and MC_MAX_MR_SIZE as at setup."""
+        stack = ExitStack()
+        node = self.opts.nodes[0]
+        stack.enter_context(self.run.fake.patch(node))
+        stack.enter_context(self.run.fake.fabric.patch(node))
+        stack.enter_context(env_var(ENV_MR, self.run.env.get(ENV_MR)))
+        return stack
 
     def set_logs(self, logs: list[str]) -> None:
         self.record.logs = logs
 
     def register(self, impl: Implementation) -> bool:
-        return _register(self.run, impl, self.opts.nodes)
+        return _register(self.run, impl, self.opts.nodes, own_limit=self.opts.limit == "own")
 
     def transfer(self) -> None:
         _exercise(self.run, self.sc, self.opts, self.record)
@@ -258,10 +285,14 @@ class MooncakeWorld:
         self.record.teardown_start = _next_seq(self.run.fake)
 
     def teardown(self, impl: Implementation, round_: int, step: str) -> None:
+        close = self.opts.teardown == "close" or impl.teardown_close
         for b in reversed(self.run.runs):
             if not b.registered:
                 continue
             try:
+                if close:   # tearDownAll releases every MR of the store (§1.1)
+                    self.run.stores[b.pool.node].close()
+                    continue
                 impl.teardown_mr(self.run.stores[b.pool.node], b.handle)
             except CallBudgetExceeded:
                 raise
@@ -281,6 +312,9 @@ class MooncakeWorld:
 
     def judge(self) -> list[Violation]:
         return check_mooncake_run(self.record)
+
+    def warnings(self) -> list[Violation]:
+        return mooncake_warnings(self.record)
 
     def calls(self) -> int:
         return len(self.record.trace)
@@ -303,6 +337,10 @@ class MooncakeTarget:
             raise SkipScenario(f"the {impl.style} style registers CUDA buffers; Mooncake "
                                "scenarios need --style mooncake")
         opts = MooncakeOptions.parse(sc.mooncake)
+        if opts.limit == "own" and not impl.computes_own_mr_limit():
+            raise SkipScenario("this scenario passes max_mr_size=None for the implementation "
+                               "to compute its own MR limit; a register whose max_mr_size "
+                               "defaults to None says it does")
         try:
             run = _build(sc, opts)
             plan_io(run.geometry, [0], io=opts.io, merged=opts.merged)  # a bad plan fails early
@@ -315,7 +353,8 @@ class MooncakeTarget:
         fake.faults.arm("mooncake.*", raise_=budget, after=sc.call_budget)
         store_limited = opts.protocol in fake.profile.store_limit_protocols
         record = McRecord(run.limit, sc.expect, store_limited, run.runs, [],
-                          exercised=sc.exercise)
+                          exercised=sc.exercise, pinning=impl.pinning or sc.pinning,
+                          seams_matter=not fake.profile.slices_split_at_mr_seams)
         return MooncakeWorld(sc, opts, run, record)
 
 

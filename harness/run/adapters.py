@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -88,6 +89,10 @@ class Implementation:
     label: str
     register_fn: Callable[..., Any] | None = None
     teardown_fn: Callable[..., Any] | None = None
+    # "required" / "optional" for the whole run, over each scenario's own ``pinning``
+    pinning: str | None = None
+    # mooncake style: teardown is closing the store (``--teardown close``)
+    teardown_close: bool = False
 
     def granularity(self, spec: BufferSpec, limit: int,
                     families: Sequence[ExtentFamily] | None, index: int) -> int | None:
@@ -135,7 +140,7 @@ class Implementation:
         return None
 
     # -- mooncake style: MRs through a Mooncake store (harness.mooncake.target) ------------
-    def register_mr(self, store: Any, ptr: int, nbytes: int, *, max_mr_size: int,
+    def register_mr(self, store: Any, ptr: int, nbytes: int, *, max_mr_size: int | None,
                     granularity: int | None) -> Any:
         """Register one buffer with the store; returns the ranges teardown_mr needs."""
         if self.style == "reference":
@@ -150,10 +155,26 @@ class Implementation:
 
     def teardown_mr(self, store: Any, ranges: Any) -> Any:
         """Unregister what register_mr returned (called once per teardown round)."""
+        if self.teardown_close:
+            return store.close()
         if self.style == "reference":
             return mooncake_reference.teardown(store, ranges)
         assert self.teardown_fn is not None
         return self.teardown_fn(store, ranges)
+
+    def computes_own_mr_limit(self) -> bool:
+        """Whether register_mr accepts ``max_mr_size=None`` and then computes the limit
+        itself: the reference does; a mooncake-style function says so by giving the
+        parameter the default None."""
+        if self.style == "reference":
+            return True
+        if self.style != "mooncake" or self.register_fn is None:
+            return False
+        try:
+            param = inspect.signature(self.register_fn).parameters.get("max_mr_size")
+        except (TypeError, ValueError):
+            return False
+        return param is not None and param.default is None
 
     def registers_mrs(self) -> bool:
         """Whether this implementation can run Mooncake scenarios."""
@@ -174,6 +195,11 @@ def make_implementation(impl: str | None = None, teardown: str | None = None,
         raise ImplementationError(f"--style must be one of sglang, generic, mooncake, ctypes, "
                                   f"driver; got {style!r}")
     register_fn = load_callable(impl)
+    if teardown == "close":
+        if style != "mooncake":
+            raise ImplementationError("--teardown close closes a Mooncake store: it needs "
+                                      "--style mooncake")
+        return Implementation(style, impl, register_fn, None, teardown_close=True)
     if teardown is None:
         module_name, _, _ = impl.rpartition(":")
         teardown = f"{module_name}:teardown"

@@ -63,6 +63,7 @@ def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False
         return result
     world.finish()
     result.violations = world.judge()
+    result.warnings = world.warnings()
     result.verdict = "fail" if result.violations else "pass"
     result.calls = world.calls()
     # optional on a world: how its copy step covered the pool's pages (pages copied, total,

@@ -35,6 +35,8 @@ class ScenarioResult:
     verdict: str                    # "pass" | "fail" | "error" | "skip"
     violations: list[Violation] = field(default_factory=list)
     reason: str = ""
+    # what passes but deserves a line in the report (recovered failures, pending errors)
+    warnings: list[Violation] = field(default_factory=list)
     guards: str = ""
     calls: int = 0
     seconds: float = 0.0
@@ -45,6 +47,7 @@ class ScenarioResult:
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "pool": self.pool, "verdict": self.verdict,
                 "violations": [v.as_dict() for v in self.violations],
+                "warnings": [w.as_dict() for w in self.warnings],
                 **({"reason": self.reason} if self.reason else {}),
                 **({"copy": self.copy} if self.copy is not None else {})}
 

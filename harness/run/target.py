@@ -60,6 +60,9 @@ class World(Protocol):
     def judge(self) -> list[Violation]:
         """The target's checks on what was recorded."""
 
+    def warnings(self) -> list[Violation]:
+        """What passes but the report should say (a recovered failure, a pending error)."""
+
     def calls(self) -> int:
         """How many calls were recorded."""
 

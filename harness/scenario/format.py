@@ -24,6 +24,7 @@ from kvreg.harness.pools import (
     accepted_params,
     make_geometry,
 )
+from kvreg.harness.run.endstate import PINNING
 from kvreg.harness.run.targets import TARGETS, get_target
 from kvreg.harness.scenario.size_limits import REAL_LIMIT, real_memory_problem, size_problem
 
@@ -38,7 +39,7 @@ MEMORY = ("virtual", "real")
 STYLES = ("sglang", "generic", "mooncake")
 _SCENARIO_KEYS = {"name", "guards", "pages", "total_gib", "chunk_gb", "chunk_bytes",
                   "profile", "faults", "exercise", "expect", "memory", "empty", "params",
-                  "call_budget", "tags", "backends", "target", "mooncake"}
+                  "call_budget", "tags", "backends", "target", "mooncake", "pinning"}
 _TOP_KEYS = {"format", "pool", "defaults", "scenario"}
 _POOL_KEYS = {"type", "params", "memory"}
 
@@ -71,6 +72,8 @@ class Scenario:
     # register_buffer over the fake RDMA fabric; options in the ``mooncake`` table)
     target: str = "cuda"
     mooncake: Mapping[str, Any] = field(default_factory=dict)
+    # "required": register must pin every byte; "optional": pinning nothing also passes
+    pinning: str = "required"
 
     def geometry(self) -> PoolGeometry:
         return make_geometry(self.pool_type, **dict(self.params))
@@ -227,6 +230,9 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
             ctx.fail("mooncake", problem, None)
     elif mooncake_opts:
         ctx.fail("mooncake", "no mooncake table unless target = 'mooncake'", None)
+    pinning = merged.get("pinning", "required")
+    if pinning not in PINNING:
+        ctx.fail("pinning", f"one of {list(PINNING)}", pinning)
     if len(ctx.errors) > before or not isinstance(pool_type, str):
         return None
     try:
@@ -256,7 +262,7 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
                     profile=str(profile), faults=tuple(dict(f) for f in faults),
                     exercise=tuple(exercise), expect=str(expect), empty=bool(empty),
                     call_budget=budget, tags=tuple(tags), backends=tuple(backends),
-                    target=str(target), mooncake=dict(mooncake_opts))
+                    target=str(target), mooncake=dict(mooncake_opts), pinning=str(pinning))
 
 
 def load_file(path: Path, root: Path | None = None) -> list[Scenario]:

@@ -13,17 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from kvreg.harness.adapters import make_implementation
-from kvreg.harness.runner import ScenarioResult, run_scenario
+from kvreg.harness.run.adapters import make_implementation
+from kvreg.harness.run.core import run_scenario
+from kvreg.harness.run.result import ScenarioResult
 from kvreg.harness.scenario import load_file
 
 MLA = "mla/page_first_direct"
 REGRESSION = "regressions/cuda_error_path_type_error"
-MLA_POOL = """[pool]
-type = "mla"
-params = { layout = "page_first_direct", layer_num = 61, kv_lora_rank = 512, qk_rope_head_dim = 64, dtype = "bfloat16", page_size = 64 }
-memory = "virtual"
-"""
+MLA_POOL = ('[pool]\ntype = "mla"\nparams = { layout = "page_first_direct", layer_num = 61, '
+            'kv_lora_rank = 512, qk_rope_head_dim = 64, dtype = "bfloat16", page_size = 64 }\n'
+            'memory = "virtual"\n')
 
 
 def _run(by_id, load_impl, name: str, style: str, sid: str, *,

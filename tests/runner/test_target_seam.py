@@ -53,6 +53,9 @@ class World:
     def judge(self):
         LOG.append("judge")
         return [] if self.ok else [Violation("stub", "registering failed")]
+    def warnings(self):
+        LOG.append("warnings")
+        return [Violation("stub-note", "recovered")] if self.ok else []
     def calls(self): return 7
     def trace_text(self, limit): return f"trace {limit}"
 
@@ -93,8 +96,11 @@ def test_core_drives_a_stub_target_in_order(stub: Any) -> None:
     result = run_scenario(sc, make_implementation(), keep_trace=True, backend="fake")
     assert stub.LOG == ["build fake", "enter", "logs", "register", "transfer",
                         "begin_teardown", "teardown 0 teardown", "teardown 1 teardown", "exit",
-                        "finish", "judge"]
+                        "finish", "judge", "warnings"]
     assert (result.verdict, result.calls, result.trace_text) == ("pass", 7, "trace 200")
+    # a pass may still carry the target's warnings into the report
+    assert result.warnings == [Violation("stub-note", "recovered")]
+    assert result.as_dict()["warnings"] == [{"rule": "stub-note", "message": "recovered"}]
 
 
 def test_no_transfer_after_a_failed_register_and_the_judgement_is_the_targets(stub: Any
@@ -132,7 +138,7 @@ def test_budget_and_internal_errors(stub: Any, exc: BaseException, verdict: str)
     assert result.verdict == verdict
     assert "exit" in stub.LOG                     # the isolation was left either way
     if verdict == "pass":
-        assert stub.LOG[-3:] == ["budget", "finish", "judge"]
+        assert stub.LOG[-4:] == ["budget", "finish", "judge", "warnings"]
     else:
         assert result.reason == "kvreg internal error: RuntimeError: kvreg broke"
         assert "finish" not in stub.LOG

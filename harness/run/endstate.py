@@ -29,12 +29,27 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .checks import Violation
+import kvreg.fakes
 
-__all__ = ["PINNING", "BufferEnd", "FailedCall", "Pending", "Raised", "coverage_problems",
-           "check_error_pending", "check_error_reported", "check_registered",
-           "check_seams_aligned", "fully_registered", "live_ranges", "recovered_warnings",
-           "rollback_phrase", "summarize_exception"]
+from .result import Violation
+
+__all__ = [
+    "PINNING",
+    "BufferEnd",
+    "FailedCall",
+    "Pending",
+    "Raised",
+    "check_error_pending",
+    "check_error_reported",
+    "check_registered",
+    "check_seams_aligned",
+    "coverage_problems",
+    "fully_registered",
+    "live_ranges",
+    "recovered_warnings",
+    "rollback_phrase",
+    "summarize_exception",
+]
 
 PINNING = ("required", "optional")
 # exception types that mean the implementation's own code broke, not that it reported a failure
@@ -42,7 +57,7 @@ PROGRAMMING_ERRORS = frozenset({"TypeError", "AttributeError", "NameError",
                                 "UnboundLocalError", "KeyError", "IndexError",
                                 "AssertionError", "ImportError",
                                 "ModuleNotFoundError", "ZeroDivisionError", "OverflowError"})
-_FAKES = str(Path(__file__).resolve().parents[1] / "fakes")
+_FAKES = str(Path(kvreg.fakes.__file__).resolve().parent)   # frames there are the fake's
 # one message line kept per exception of a chain; enough to find a code or a name
 _MAX_CHAIN = 8
 
