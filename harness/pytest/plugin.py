@@ -64,6 +64,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="implementation style (default sglang)")
     group.addoption("--kvreg-backend", default=None, choices=["fake", "cuda"],
                     help="backend scenarios run on (default fake)")
+    group.addoption("--kvreg-pinning", default=None, choices=["required", "optional"],
+                    help="for every scenario: 'optional' also passes a register that pins "
+                         "nothing, raises nothing and leaves no error pending")
     group.addoption("--kvreg-seed", type=int, default=0,
                     help="seed for random fault plans armed through the kvreg_faults fixture")
     parser.addini("kvreg_profile", "device profile for the fakes", default="h200-r580")
@@ -75,6 +78,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("kvreg_style", "implementation style: sglang, generic or mooncake",
                   default="")
     parser.addini("kvreg_backend", "backend for scenarios: fake or cuda", default="fake")
+    parser.addini("kvreg_pinning", "pinning for every scenario: required or optional "
+                  "(default: each scenario's own)", default="")
 
 
 def pytest_configure(config: pytest.Config) -> None:

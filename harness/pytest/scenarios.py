@@ -9,6 +9,7 @@ the file and the field.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,14 @@ from kvreg.harness.run.core import run_scenario
 from kvreg.harness.run.result import ScenarioResult
 from kvreg.harness.scenario.format import Scenario, ScenarioError, bundled_root, load_file
 
-__all__ = ["ScenarioFile", "ScenarioItem", "ScenarioPlugin", "scenario_paths"]
+__all__ = ["KvregScenarioWarning", "ScenarioFile", "ScenarioItem", "ScenarioPlugin",
+           "scenario_paths"]
 
 BUNDLED = "bundled"
+
+
+class KvregScenarioWarning(UserWarning):
+    """A scenario passed, but its report has a line to read (recovered, error-pending)."""
 
 
 def scenario_paths(config: pytest.Config) -> list[Path]:
@@ -64,6 +70,11 @@ class ScenarioPlugin:
                 cfg.getoption("--kvreg-impl") or cfg.getini("kvreg_impl") or None,
                 cfg.getoption("--kvreg-teardown") or cfg.getini("kvreg_teardown") or None,
                 cfg.getoption("--kvreg-style") or cfg.getini("kvreg_style") or None)
+            pinning = cfg.getoption("--kvreg-pinning") or cfg.getini("kvreg_pinning") or None
+            if pinning not in (None, "required", "optional"):
+                raise ImplementationError(f"kvreg_pinning must be 'required' or 'optional', "
+                                          f"got {pinning!r}")
+            self._impl.pinning = pinning
         return self._impl
 
     def _wanted(self, path: Path) -> bool:
@@ -148,6 +159,9 @@ class ScenarioItem(pytest.Item):
             raise RuntimeError(result.reason)
         if result.verdict == "fail":
             raise ScenarioFailed(result)
+        for w in result.warnings:   # shown in pytest's warnings summary
+            warnings.warn(KvregScenarioWarning(f"{result.id}: [{w.rule}] {w.message}"),
+                          stacklevel=1)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> str:
@@ -156,6 +170,7 @@ class ScenarioItem(pytest.Item):
             lines = [f"scenario {r.id} failed ({len(r.violations)} violation(s)); it guards "
                      f"against: {r.guards}"]
             lines += [f"  {i}. [{v.rule}] {v.message}" for i, v in enumerate(r.violations, 1)]
+            lines += [f"  warning [{w.rule}] {w.message}" for w in r.warnings]
             if self.config.getoption("verbose") > 0 and r.trace_text:
                 lines += ["", "call trace:", r.trace_text]
             return "\n".join(lines)

@@ -1,0 +1,76 @@
+"""The end-state rules in the pytest plugin: same rules, same messages as ``kvreg run``,
+warnings in pytest's warnings summary, pinning from the ini file or the command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+# torch must already be imported here: pytester's in-process runs restore sys.modules.
+import torch  # noqa: F401
+
+IMPLS = Path(__file__).resolve().parents[1] / "runner" / "impls"
+SCENARIO = '''
+format = 1
+[pool]
+type = "mla"
+params = { layout = "page_first_direct", layer_num = 61, kv_lora_rank = 512, \
+qk_rope_head_dim = 64, dtype = "bfloat16", page_size = 64 }
+[defaults]
+chunk_gb = 1
+pages = 477
+[[scenario]]
+name = "above-limit"
+guards = "every byte of the pool is registered (kvreg issue: a do-nothing register passed)"
+[[scenario]]
+name = "fail-first-chunk"
+guards = "the raised error names the CUDA error (sglang PR #38509 TypeError)"
+expect = "register-error"
+faults = [{ point = "cudart.cudaHostRegister", nth = 1, error = "cudaErrorMemoryAllocation" }]
+'''
+
+
+def _project(pytester: pytest.Pytester, impl: str | None, extra: str = "") -> None:
+    pytester.mkdir("kv_scenarios")
+    (pytester.path / "kv_scenarios" / "mla.toml").write_text(SCENARIO)
+    ini = "[pytest]\nkvreg_scenarios = kv_scenarios\n" + extra
+    if impl is not None:
+        ini += f"kvreg_impl = {IMPLS / impl}.py:register\nkvreg_style = sglang\n"
+    pytester.makeini(ini)
+
+
+def test_do_nothing_fails_with_registered(pytester: pytest.Pytester) -> None:
+    _project(pytester, "do_nothing")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    # no call is made, so the fault never fires: both scenarios expect a registered pool
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([
+        "*[[]registered] register() of kv_buffer returned normally but registered none of "
+        "its 2145263616 bytes*"])
+
+
+@pytest.mark.parametrize("how", ["ini", "option"])
+def test_pinning_optional_passes_it(pytester: pytest.Pytester, how: str) -> None:
+    _project(pytester, "do_nothing", "kvreg_pinning = optional\n" if how == "ini" else "")
+    args = ["-p", "no:cacheprovider"] + (["--kvreg-pinning", "optional"] if how == "option"
+                                         else [])
+    pytester.runpytest(*args).assert_outcomes(passed=2)
+
+
+def test_masked_error_fails_with_error_reported(pytester: pytest.Pytester) -> None:
+    _project(pytester, "masked_error")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-k", "fail-first")
+    result.assert_outcomes(failed=1, deselected=1)
+    result.stdout.fnmatch_lines([
+        "*[[]error-reported] register() of kv_buffer raised TypeError*from masked_error.py:*"
+        "instead of reporting cudaErrorMemoryAllocation (2, out of memory)*"])
+
+
+def test_warnings_of_a_passing_scenario_reach_the_summary(pytester: pytest.Pytester) -> None:
+    _project(pytester, "recovering_retry")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-k", "fail-first")
+    result.assert_outcomes(passed=1, deselected=1)
+    result.stdout.fnmatch_lines([
+        "*KvregScenarioWarning: mla/fail-first-chunk: [[]recovered] cudaHostRegister("
+        "kv_buffer+0x0, 1070383104) (call #0) returned 2 cudaErrorMemoryAllocation*"])
