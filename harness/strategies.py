@@ -6,11 +6,15 @@ They live in :mod:`kvreg.harness.pytest.strategies`.
 from __future__ import annotations
 
 from kvreg.harness.pytest.strategies import (
+    CEILING,
     GEOMETRIES,
+    ceiling_limits,
     chunk_limits,
     fault_specs,
     geometries,
+    huge_geometries,
     registered_geometries,
 )
 
-__all__ = ["GEOMETRIES", "chunk_limits", "fault_specs", "geometries", "registered_geometries"]
+__all__ = ["CEILING", "GEOMETRIES", "ceiling_limits", "chunk_limits", "fault_specs",
+           "geometries", "huge_geometries", "registered_geometries"]

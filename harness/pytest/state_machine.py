@@ -3,7 +3,8 @@
 Point it at your own code and Hypothesis drives random lifecycles against the fake: pools of
 random page sizes registered under random chunk limits (sometimes with a failing call),
 every page copied, torn down twice, and after every step the fake's live registrations must
-equal what the model says is registered::
+equal what the model says is registered. A failure names the rule of ``kvreg run`` it breaks
+(``[seams-aligned] ...``, ``[registered] ...``), so a test can expect a rule, not a word::
 
     from kvreg.harness.state_machine import RegistrationMachine
 
@@ -94,15 +95,17 @@ class RegistrationMachine(RuleBasedStateMachine):
             handle = self._register(buffer, page, limit_gib * GiB)
         except Exception:
             fired = fail_nth is not None and rule_.fired > 0
-            assert fired, "register raised without a failing call"
+            assert fired, "[unexpected-error] register raised without a failing call"
             mine = [r for r in self.fake.live_registrations()
                     if buffer.data_ptr() <= r.base < buffer.data_ptr() + buffer.nbytes]
-            assert not mine, f"failed register left {len(mine)} chunk(s) registered"
+            assert not mine, (f"[not-rolled-back] failed register left {len(mine)} chunk(s) "
+                              "registered")
             return _multiple_none()
         finally:
             self.fake.faults.clear()
         if fail_nth is not None and rule_.fired:
-            raise AssertionError("a registration call failed but register() returned normally")
+            raise AssertionError("[error-swallowed] a registration call failed but register() "
+                                 "returned normally")
         self.model[buffer.data_ptr()] = (buffer.nbytes, page)
         return _Pool(buffer, page, pages, handle)
 
@@ -121,7 +124,8 @@ class RegistrationMachine(RuleBasedStateMachine):
         rt.cudaStreamDestroy(stream)
         rt.cudaFree(dev)
         fault = self.fake.cuda_runtime.last_copy_fault
-        assert int(err) == 0, fault.describe() if fault else f"batch copy failed: {int(err)}"
+        assert int(err) == 0, "[transfer-failed] " + (
+            fault.describe() if fault else f"batch copy failed: {int(err)}")
 
     @rule(pool=consumes(pools))
     def release_twice(self, pool: _Pool) -> None:
@@ -129,7 +133,8 @@ class RegistrationMachine(RuleBasedStateMachine):
         self._teardown(pool)
         del self.model[pool.buffer.data_ptr()]
         codes = [c for c in self.fake.trace.codes("cudaHostUnregister")]
-        assert all(c == 0 for c in codes), f"an unregister failed: {codes}"
+        assert all(c == 0 for c in codes), f"[unregister-not-a-live-base] an unregister " \
+                                           f"failed: {codes}"
 
     # -- invariants --------------------------------------------------------------------------------
     @invariant()
@@ -137,13 +142,18 @@ class RegistrationMachine(RuleBasedStateMachine):
         covered: dict[int, int] = {}
         for r in self.fake.live_registrations():
             owner = next((b for b, (n, _) in self.model.items() if b <= r.base < b + n), None)
-            assert owner is not None, f"registration at {r.base:#x} belongs to no live pool"
+            assert owner is not None, (f"[range-outside-buffer] registration at {r.base:#x} "
+                                       "belongs to no live pool")
             nbytes, page = self.model[owner]
-            assert r.base + r.size <= owner + nbytes, "registration runs past its pool"
-            assert (r.base - owner) % page == 0, "a seam cuts a page"
+            assert r.base + r.size <= owner + nbytes, ("[range-outside-buffer] registration "
+                                                       "runs past its pool")
+            seam = r.base - owner
+            assert seam % page == 0, (f"[seams-aligned] a seam at offset {seam} cuts page "
+                                      f"{seam // page} of {page} bytes")
             covered[owner] = covered.get(owner, 0) + r.size
         for base, (nbytes, _) in self.model.items():
-            assert covered.get(base, 0) == nbytes, f"pool at {base:#x} is not fully registered"
+            assert covered.get(base, 0) == nbytes, (f"[registered] pool at {base:#x} is not "
+                                                    "fully registered")
 
     def teardown(self) -> None:
         try:

@@ -2,7 +2,10 @@
 
 ``from kvreg.harness.strategies import geometries, chunk_limits, fault_specs``. Geometries
 are small (a few pages of a few bytes to KiB) so that properties can be checked on real
-buffers too; the byte arithmetic is the same as for TiB pools.
+buffers too. The bugs live at scale, though (offsets past 2^31, single calls at the 512 GiB
+per-call ceiling of R580+ drivers), so ``huge_geometries`` draws production-shaped virtual
+pools of 1 GiB to several TiB and ``ceiling_limits`` chunk limits on both sides of the
+ceiling.
 """
 
 from __future__ import annotations
@@ -26,7 +29,12 @@ from kvreg.harness.pools import (
     PoolGeometry,
 )
 
-__all__ = ["GEOMETRIES", "chunk_limits", "fault_specs", "geometries", "registered_geometries"]
+__all__ = ["CEILING", "GEOMETRIES", "ceiling_limits", "chunk_limits", "fault_specs",
+           "geometries", "huge_geometries", "registered_geometries"]
+
+GiB = 1 << 30
+TiB = 1 << 40
+CEILING = 512 * GiB     # one cudaHostRegister call of this size or more fails on R580+
 
 small = st.integers(1, 5)
 pages = st.integers(1, 7)
@@ -146,3 +154,58 @@ def fault_specs(points: tuple[str, ...] = ("cudart.cudaHostRegister",
             optional={"nth": st.integers(1, 6), "times": st.integers(1, 3)})
 
     return st.lists(st.one_of(*(rule(p) for p in points)), min_size=1, max_size=max_rules)
+
+
+@st.composite
+def huge_geometries(draw: st.DrawFn, max_total: int = 8 * TiB) -> PoolGeometry:
+    """Production-shaped pools (MHA, MLA, DSA indexer, FastDeploy; every layout) of 1 GiB to
+    ``max_total`` bytes: page counts in the millions, offsets far past 2^31, buffers on both
+    sides of the 512 GiB ceiling. Use them with virtual memory only."""
+    kind = draw(st.sampled_from(["mha", "mla", "dsa", "fastdeploy"]))
+    page_size = draw(st.sampled_from([1, 16, 64, 256]))
+    layers = draw(st.integers(1, 96))
+    if kind == "mha":
+        layout = draw(st.sampled_from(["layer_first", "page_first", "page_first_direct",
+                                       "page_head"]))
+        heads, dim = draw(st.sampled_from([1, 2, 8, 16])), draw(st.sampled_from([64, 128, 256]))
+        dtype = draw(st.sampled_from(["bfloat16", "float8_e4m3fn", "float32"]))
+
+        def make(n: int) -> PoolGeometry:
+            return MHAGeometry(layout, layers, heads, dim, dtype, page_size, n)
+    elif kind == "mla":
+        layout = draw(st.sampled_from(["layer_first", *PAGE_LAYOUTS]))
+        dtype = draw(st.sampled_from(["bfloat16", "float8_e4m3fn"]))
+
+        def make(n: int) -> PoolGeometry:
+            return MLAGeometry(layout, layers, 512, 64, dtype, page_size, n)
+    elif kind == "dsa":
+        layout = draw(st.sampled_from(["layer_first", *PAGE_LAYOUTS]))
+
+        def make(n: int) -> PoolGeometry:
+            return DSAIndexerGeometry(layout, layers, 128, 128, page_size, n)
+    else:
+        heads = draw(st.sampled_from([1, 4, 8]))
+
+        def make(n: int) -> PoolGeometry:
+            return FastDeployGeometry(layers, heads, 128, "bfloat16", page_size, n)
+    one = make(1).total_nbytes
+    per_page = max(make(2).total_nbytes - one, 1)
+    lo = max(1, GiB // per_page)
+    hi = max(lo, (max_total - one) // per_page + 1)
+    pages_ = draw(st.integers(lo, hi) | st.sampled_from([lo, hi]))
+    return make(pages_)
+
+
+def ceiling_limits(geometry: PoolGeometry, *, minimum: int = GiB
+                   ) -> st.SearchStrategy[int]:
+    """Chunk limits on both sides of the 512 GiB per-call ceiling (and right at it), never
+    below one copy unit or ``minimum``."""
+    specs = [b for b in geometry.buffers() if b.cuda_registered and b.nbytes]
+    unit = max((b.copy_unit for b in specs), default=1)
+    low = max(unit, minimum)
+    near = [CEILING - GiB, CEILING - unit, CEILING - 1, CEILING, CEILING + 1, CEILING + unit,
+            CEILING + GiB]
+    below = st.integers(low, CEILING - 1) if low < CEILING else st.nothing()
+    return st.one_of(below, st.integers(max(low, CEILING), max(low, CEILING, 2 * TiB)),
+                     st.sampled_from([v for v in near if v >= low] or [low]))
+
