@@ -76,7 +76,7 @@ def own_mr_limit() -> int:
     ``max_mr_size`` every RDMA device reports through pyverbs (none without an RDMA stack)."""
     sizes: list[int] = []
     try:
-        from pyverbs.device import Context, get_device_list  # type: ignore[import-not-found]
+        from pyverbs.device import Context, get_device_list
         devices = get_device_list()
     except Exception:   # no RDMA stack: only the environment limits
         devices = []
