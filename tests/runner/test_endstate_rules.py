@@ -353,3 +353,33 @@ def test_json_always_has_warnings(kvreg_cli, tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     assert all(isinstance(s["warnings"], list) for s in doc["scenarios"])
     assert any(s["warnings"] for s in doc["scenarios"])
+
+
+CLI_CASES = [
+    ("do_nothing", "sglang", (), f"{MLA}/above-limit", "registered"),
+    ("first_chunk_only", "sglang", (), f"{MLA}/above-limit", "registered"),
+    ("masked_error", "sglang", (), f"{REGRESSION}/first-chunk-out-of-memory", "error-reported"),
+    ("rollback_retry_all", "generic", (), "mla/unregister_faults/rollback-last-unregister-fails",
+     "unregister-not-a-live-base"),
+    ("partial_rollback", "generic", (), f"{MLA}/fail-last-chunk", "not-rolled-back"),
+    ("optional_pinning_torch", "generic", ("--pinning", "optional"),
+     f"{MLA}/fail-middle-chunk", "error-pending"),
+    ("recovering_retry", "sglang", (), "mla/persistent_and_transient/", None),
+    ("optional_pinning", "generic", ("--pinning", "optional"), f"{MLA}/fail-", None),
+]
+
+
+@pytest.mark.parametrize(("name", "style", "extra", "select", "rule"), CLI_CASES,
+                         ids=[c[0] for c in CLI_CASES])
+def test_kvreg_run_exit_code_and_json(kvreg_json, spec_of, name: str, style: str,
+                                      extra: tuple[str, ...], select: str,
+                                      rule: str | None) -> None:
+    rc, scenarios, summary, _ = kvreg_json("-k", select, "--style", style,
+                                           "--impl", spec_of(name), *extra)
+    assert scenarios and summary["total"] == len(scenarios)
+    if rule is None:           # a correct variant
+        assert rc == 0, [s for s in scenarios.values() if s["verdict"] != "pass"]
+        return
+    assert rc == 1
+    (s,) = scenarios.values()
+    assert s["verdict"] == "fail" and rule in [v["rule"] for v in s["violations"]]
