@@ -235,10 +235,10 @@ class CudaTarget:
             runs.append(BufferRun(i, spec, int(buffers[i].data_ptr()), None))
         record = RunRecord(geometry, sc.chunk_limit, sc.expect, fake.profile.per_call_limit,
                            runs, [], exercised=sc.exercise, pinning=impl.pinning or sc.pinning)
-        extents = geometry.page_extents() if geometry.has_page_meta else None
+        families = geometry.extent_families() if geometry.has_page_meta else None
         for b in runs:   # the copy unit seams are judged against (the reference's)
             try:
-                b.unit = reference_unit(b.spec, sc.chunk_limit, extents, b.index)[0]
+                b.unit = reference_unit(b.spec, sc.chunk_limit, families, b.index)[0]
             except PlanError:
                 b.unit = None
         return CudaWorld(sc, fake, buffers, record, real_hw)
