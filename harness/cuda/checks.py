@@ -253,17 +253,17 @@ def buffer_ends(r: RunRecord) -> list[BufferEnd]:
     """Each buffer as its register left it: live registrations replayed from the trace up to
     teardown, the failed registration calls it made, what it raised."""
     stop = r.teardown_start if r.teardown_start is not None else 1 << 62
-    events = [("reg" if e.api == "cudaHostRegister" else "unreg", int(e.args[0]),
-               int(e.args[1]) if e.api == "cudaHostRegister" else 0, e.code == 0)
+    events = [("reg" if e.api in REGISTER_APIS else "unreg", int(e.args[0]),
+               int(e.args[1]) if e.api in REGISTER_APIS else 0, e.code == 0)
               for e in r.trace if e.seq < stop
-              and e.api in ("cudaHostRegister", "cudaHostUnregister")]
+              and e.api in REGISTER_APIS | UNREGISTER_APIS]
     live = live_ranges(events)
     out = []
     for b in r.buffers:
         end = b.base + b.spec.nbytes
         failed = [FailedCall(e.seq, e.api, int(e.args[0]), int(e.args[1]), int(e.code),
                              error_name(int(e.code)), error_string(int(e.code)))
-                  for e in r.trace if e.api == "cudaHostRegister" and e.code
+                  for e in r.trace if e.api in REGISTER_APIS and e.code
                   and b.seq_start <= e.seq < b.seq_end]
         out.append(BufferEnd(b.spec.name, b.base, b.spec.nbytes, b.unit,
                              b.registered and b.error is None, b.raised, b.seq_end,
@@ -290,8 +290,8 @@ def check_warnings(r: RunRecord) -> list[Violation]:
 def _rollback(r: RunRecord, b: BufferRun, pinned_by_fault: set[int]) -> str:
     """"no rollback" / "partial rollback" of ``b``'s register, naming what it left."""
     calls = [e for e in r.trace if b.seq_start <= e.seq < b.seq_end and e.code == 0]
-    earlier = sum(1 for e in calls if e.api == "cudaHostRegister")
-    released = sum(1 for e in calls if e.api == "cudaHostUnregister")
+    earlier = sum(1 for e in calls if e.api in REGISTER_APIS)
+    released = sum(1 for e in calls if e.api in UNREGISTER_APIS)
     left = [f"[{_where(r, p)}, +{s})" for p, s in r.live_end
             if p not in pinned_by_fault and _owner(r, p, s) is b]
     return rollback_phrase(earlier, released, left)
