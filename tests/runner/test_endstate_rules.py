@@ -383,3 +383,43 @@ def test_kvreg_run_exit_code_and_json(kvreg_json, spec_of, name: str, style: str
     assert rc == 1
     (s,) = scenarios.values()
     assert s["verdict"] == "fail" and rule in [v["rule"] for v in s["violations"]]
+
+
+def test_an_error_left_in_cuda_bindings_fails_in_every_style(tmp_path: Path, by_id) -> None:
+    """cuda-python has cudaGetLastError: an error left there could have been drained."""
+    impl_file = tmp_path / "undrained.py"
+    impl_file.write_text(
+        "def register(cudart, ptr, nbytes, *, granularity, chunk_limit):\n"
+        "    from cuda.bindings import runtime as rt\n"
+        "    size = min(nbytes, chunk_limit // granularity * granularity)\n"
+        "    (rc,) = rt.cudaHostRegister(ptr, size, 0)\n"
+        "    if int(rc):\n"
+        "        raise RuntimeError(f'cudaHostRegister failed (rc={int(rc)})')\n"
+        "    return [(ptr, size)]\n\n"
+        "def teardown(cudart, ranges):\n"
+        "    ranges[:] = []\n")
+    impl = make_implementation(f"{impl_file}:register", None, "generic")
+    result = run_scenario(by_id[f"{REGRESSION}/first-chunk-out-of-memory"], impl)
+    assert _rules(result) == ["error-pending"]
+    assert result.first_violation == (
+        "after register returned, cuda-bindings's runtime still holds "
+        "cudaErrorMemoryAllocation (2) as its last error: the next kernel-launch check reports "
+        "it against an unrelated op; drain it with cudaGetLastError through the same runtime")
+
+
+def test_current_sglang_error_path_over_the_whole_catalog(kvreg_json, spec_of) -> None:
+    """Wherever a registration call fails, the TypeError replaces the CUDA error; where
+    chunks came before it, the exception path also releases them a second time."""
+    rc, scenarios, _, _ = kvreg_json("-j", "2", "--impl", spec_of("sglang_current_error_path"))
+    assert rc == 1
+    failed = {sid: [v["rule"] for v in s["violations"]] for sid, s in scenarios.items()
+              if s["verdict"] == "fail"}
+    assert failed and all("error-reported" in rules for rules in failed.values())
+    assert set(failed) >= {f"{REGRESSION}/first-chunk-out-of-memory",
+                           f"{REGRESSION}/middle-chunk-invalid-value"}
+    assert {r for rules in failed.values() for r in rules} == {
+        "error-reported", "unregister-not-a-live-base", "unexpected-error"}
+    # the faithful copy with the enum-taking error path fails none of them for that reason
+    rc, upstream, _, _ = kvreg_json("-k", "cuda_error_path_type_error", "--impl",
+                                    spec_of("sglang_upstream"))
+    assert rc == 0 and all(s["verdict"] == "pass" for s in upstream.values())
