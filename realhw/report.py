@@ -202,8 +202,12 @@ def _rate(row: Mapping[str, Any] | None) -> str:
 def _measurement_md(meas: Mapping[str, Any] | None) -> list[str]:
     lines = ["## Registration throughput", ""]
     if not meas:
-        return [*lines, "Not measured in this run."]
+        return [*lines, "Not measured in this run (no GPU, or not requested). kvreg never "
+                "reports the fake's own speed as a throughput figure."]
     lines.append(f"Backend: **{meas['backend']}** — {meas['note']}.")
+    if meas["backend"] == "fake":
+        lines += ["", "**Not a hardware measurement**: these figures are the speed of kvreg's "
+                  "fake runtime (a smoke test of the measurement code); no plot is drawn."]
     if meas.get("skipped"):
         return [*lines, "", f"Skipped: {meas['skipped']}."]
     step = int(meas["unit_bytes"])
@@ -231,7 +235,10 @@ def _measurement_md(meas: Mapping[str, Any] | None) -> list[str]:
 
 
 def write_report(doc: Mapping[str, Any], out_dir: str | Path) -> dict[str, Path]:
-    """Write fidelity.json, FIDELITY.md and, with a measurement, throughput.svg."""
+    """Write fidelity.json, FIDELITY.md and, with a hardware measurement, throughput.svg.
+
+    A measurement of the fake gets no plot: a chart of its speed would read as hardware.
+    """
     validate_report(doc)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -239,7 +246,7 @@ def write_report(doc: Mapping[str, Any], out_dir: str | Path) -> dict[str, Path]
     paths["json"].write_text(json.dumps(doc, indent=2, default=str) + "\n")
     paths["markdown"].write_text(render_markdown(doc))
     meas = doc.get("measurement")
-    if meas:
+    if meas and meas.get("backend") != "fake":
         from .measure import render_svg
 
         paths["svg"] = out / SVG_NAME
