@@ -140,7 +140,8 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     lines = [
         "# kvreg fidelity report", "",
         "Each probe asks the fake CUDA runtime / fake verbs and the real machine the same "
-        "question (spec cuda-runtime.md §12, mooncake-verbs.md §5) and compares the codes.",
+        "question (docs/cuda-runtime.md §12, docs/mooncake-verbs.md §5) and compares the "
+        "codes. The rows cite kvreg's behaviour reference (docs/ in kvreg's repository).",
         "", "| | |", "|---|---|",
         f"| date | {doc['created']} |",
         f"| machine | {_cell(m.get('describe'))} |",
@@ -164,13 +165,15 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         lines.append(f"| {row['name']} | {_cell(_obs(row['fake']))} | {_cell(_obs(row['real']))}"
                      f" | {_cell(_agree(row))} | {_cell(dev)} | {_cell(drv)} | {date} |")
     lines += ["", "## What each probe checks and settles", "",
-              "| probe | check | spec row | spec expects | settles |", "|---|---|---|---|---|"]
+              "| probe | check | documented row | documented expectation | settles |",
+              "|---|---|---|---|---|"]
     for row in doc["probes"]:
         settles = ", ".join(row["fields"]) or "—"
         got = row.get("settles") or {}
         if got:
             settles += " → " + ", ".join(f"{k}={v!r}" for k, v in got.items())
-        lines.append(f"| {row['name']} | {_cell(row.get('check', ''))} | {_cell(row['spec'])} "
+        lines.append(f"| {row['name']} | {_cell(cite(row['family'], row.get('check', '')))} | "
+                     f"{_cell(cite(row['family'], row['spec']))} "
                      f"| {_cell(row.get('expect', ''))} | {_cell(settles)} |")
     lines += ["", "## Settled profile", ""]
     if doc["settled"]:
@@ -182,7 +185,7 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         lines.append("Nothing settled: the real column did not run. The fake's [UNC] "
                      "switches keep their documented defaults.")
     lines += ["", "## Documented divergences", "",
-              "| name | probe | spec | reason |", "|---|---|---|---|"]
+              "| name | probe | documented row | reason |", "|---|---|---|---|"]
     for d in doc["divergences"]:
         lines.append(f"| {d['name']} | {d['probe'] or '(no probe)'} | {_cell(d['spec'])} | "
                      f"{_cell(d['reason'])} |")
@@ -197,6 +200,16 @@ def _rate(row: Mapping[str, Any] | None) -> str:
         return f"failed (code {row.get('code')})"
     return (f"{row['gib_per_s']:.2f} GiB/s ({row['seconds_per_gib']:.3g} s/GiB, "
             f"{row['calls']} call{'s' if row['calls'] != 1 else ''})")
+
+
+DOC_PAGES = {"cuda": "docs/cuda-runtime.md", "rdma": "docs/mooncake-verbs.md"}
+
+
+def cite(family: str, text: str) -> str:
+    """A probe's section reference (``§2.2 ...``) as a citation of kvreg's docs page."""
+    if text.startswith("§") and family in DOC_PAGES:
+        return f"{DOC_PAGES[family]} {text}"
+    return text
 
 
 def _measurement_md(meas: Mapping[str, Any] | None) -> list[str]:

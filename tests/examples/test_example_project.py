@@ -21,11 +21,11 @@ def test_planted_bug_is_caught_with_page_and_seam() -> None:
     assert "FAILED kv_scenarios/our_pool.toml::our_pool/production-size" in text
     assert ("[transfer-failed] page 238 of kv_buffer [1070383104, 1074880512) spans "
             "registrations at offset 1073741824") in text
-    # the project's own unit tests and the rollback scenario still pass
-    assert "3 passed" in text and "1 failed" in text
+    # the project's own unit tests, its lifecycle machine and the rollback scenario pass
+    assert "4 passed" in text and "1 failed" in text
 
 
 def test_the_fixed_implementation_passes() -> None:
     out = _pytest("--kvreg-impl", "mypool_fixed.py:register")
     assert out.returncode == 0, out.stdout[-2000:]
-    assert "4 passed" in out.stdout
+    assert "5 passed" in out.stdout
