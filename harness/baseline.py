@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 __all__ = ["ERROR_RULE", "Baseline", "BaselineError", "BaselineOutcome", "compare",
-           "failure_rules", "load_baseline", "render_baseline", "write_baseline"]
+           "failure_rules", "load_baseline", "parse_baseline", "render_baseline", "write_baseline"]
 
 ERROR_RULE = "error"
 HEADER = (
@@ -81,7 +81,7 @@ class Baseline:
         return sum(len(r) for r in self.entries.values())
 
 
-def _parse(text: str, source: str) -> Baseline:
+def parse_baseline(text: str, source: str) -> Baseline:
     entries: dict[str, set[str]] = {}
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -108,7 +108,7 @@ def load_baseline(path: str | Path) -> Baseline:
         raise BaselineError(f"{p}: not UTF-8 text, so not a baseline file") from None
     except OSError as exc:
         raise BaselineError(f"{p}: cannot read: {exc.strerror}") from None
-    return _parse(text, str(p))
+    return parse_baseline(text, str(p))
 
 
 def render_baseline(results: Iterable[_Result]) -> str:

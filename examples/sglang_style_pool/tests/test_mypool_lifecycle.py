@@ -1,6 +1,7 @@
 """Random register / copy / teardown lifecycles of the fixed pool code (kvreg's state machine)."""
 
 import mypool_fixed
+
 from kvreg.harness.state_machine import RegistrationMachine
 
 
