@@ -27,7 +27,9 @@ def test_baseline_round_trip_new_known_and_fixed(kvreg_cli, spec_of, tmp_path: P
     # known failures only: green, and said so
     known = kvreg_cli(*args, "--baseline", str(base))
     assert known.returncode == 0, known.stdout[-1500:]
-    assert f"{len(lines)} known failure(s), 0 new, 0 no longer failing" in known.stdout
+    failing = len({line.split()[0] for line in lines})
+    assert f"{failing} scenario(s) fail as recorded, 0 new failure(s), 0 recorded failure(s) " \
+        "gone" in known.stdout
 
     # one recorded failure removed from the file: it is new again, the run fails
     dropped = lines[0]
@@ -53,7 +55,7 @@ def test_baseline_with_json_on_stdout_keeps_the_json_clean(kvreg_cli, spec_of,
     assert proc.returncode == 0
     doc = json.loads(proc.stdout)
     assert doc["summary"]["failed"] == len({ln.split()[0] for ln in _body(base)})
-    assert "known failure(s)" in proc.stderr
+    assert "fail as recorded" in proc.stderr
 
 
 def test_junit_xml_matches_the_json(kvreg_cli, spec_of, tmp_path: Path) -> None:
