@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvreg.harness.baseline import (
+from kvreg.harness.run.baseline import (
     ERROR_RULE,
     BaselineError,
     compare,
@@ -18,7 +18,7 @@ from kvreg.harness.baseline import (
     render_baseline,
     write_baseline,
 )
-from kvreg.harness.checks import Violation
+from kvreg.harness.run.result import Violation
 from kvreg.harness.runner import ScenarioResult
 
 

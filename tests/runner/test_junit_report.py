@@ -5,8 +5,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from kvreg.harness.checks import Violation
-from kvreg.harness.junit_xml import render_junit, write_junit
+from kvreg.harness.cli.junit_xml import render_junit, write_junit
+from kvreg.harness.run.result import Violation
 from kvreg.harness.runner import ScenarioResult
 
 

@@ -10,8 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvreg.harness.run.sharding import (
+    Shard,
+    ShardError,
+    expected_cost,
+    parse_shard,
+    shard_of,
+    split,
+)
 from kvreg.harness.scenario import load_paths
-from kvreg.harness.sharding import Shard, ShardError, expected_cost, parse_shard, shard_of, split
 
 CATALOG = load_paths()
 
@@ -50,7 +57,7 @@ def test_shard_order_keeps_the_selection_order() -> None:
 
 def test_same_split_in_another_process_with_another_hash_seed() -> None:
     code = ("from kvreg.harness.scenario import load_paths\n"
-            "from kvreg.harness.sharding import Shard, shard_of\n"
+            "from kvreg.harness.run.sharding import Shard, shard_of\n"
             "print([s.id for s in shard_of(load_paths(), Shard(2, 4))])\n")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -13,10 +13,17 @@ import argparse
 from collections.abc import Sequence
 from typing import Any, TextIO, TypeVar
 
-from .baseline import Baseline, BaselineError, compare, load_baseline, write_baseline
-from .cli_checks import UsageError, check_output_path
+from kvreg.harness.run.baseline import (
+    Baseline,
+    BaselineError,
+    compare,
+    load_baseline,
+    write_baseline,
+)
+from kvreg.harness.run.sharding import Shard, ShardError, parse_shard, shard_of
+
+from .checks import UsageError, check_output_path
 from .junit_xml import write_junit
-from .sharding import Shard, ShardError, parse_shard, shard_of
 
 __all__ = ["RunPlan", "add_run_extras", "finish", "prepare"]
 
@@ -85,8 +92,9 @@ def finish(plan: RunPlan, results: Sequence[Any], out: TextIO, *, failed: int) -
         for line in outcome.lines():
             if not line.startswith("known failure"):
                 out.write(line + "\n")
-        out.write(f"baseline {plan.baseline_path}: {len(outcome.known)} known failure(s), "
-                  f"{len(outcome.new)} new, {len(outcome.fixed)} no longer failing\n")
+        out.write(f"baseline {plan.baseline_path}: {len(outcome.known)} scenario(s) fail as "
+                  f"recorded, {len(outcome.new)} new failure(s), {len(outcome.fixed)} recorded "
+                  "failure(s) gone\n")
         code = 0 if outcome.ok else 1
     if plan.write_baseline_path is not None:
         n = write_baseline(plan.write_baseline_path, results)
