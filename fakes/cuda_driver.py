@@ -1,6 +1,6 @@
 """The fake driver: state shared by every runtime instance in one simulated process.
 
-Registrations are driver-level (spec/cuda-runtime.md §6): a range pinned through torch's
+Registrations are driver-level (docs/cuda-runtime.md §6): a range pinned through torch's
 runtime is pinned for cuda-python's too. The driver holds the pinned ranges, device
 allocations, streams and the profile; per-thread last-error slots live in each
 :class:`~kvreg.fakes.cuda_runtime.FakeRuntime`.
@@ -108,7 +108,7 @@ class FakeDriver:
         return self.seq
 
     def alias_for(self, base: int, size: int) -> int:
-        """Device alias of a new pinned range (spec §4: == VA when attribute 91 is set)."""
+        """Device alias of a new pinned range (docs/cuda-runtime.md §4: == VA when attribute 91 is set)."""
         if self.profile.can_use_host_pointer_for_registered_mem:
             return base
         alias = self._alias_next

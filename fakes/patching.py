@@ -37,7 +37,7 @@ def patch_attr(obj: Any, name: str, value: Any) -> Iterator[None]:
             setattr(obj, name, old)
 
 
-# what a CUDA build of torch raises from torch.cuda.cudart() -> _lazy_init (spec §7)
+# what a CUDA build of torch raises from torch.cuda.cudart() -> _lazy_init (docs/cuda-runtime.md §7)
 _TORCH_INIT_ERRORS = {
     "no_driver": "Found no NVIDIA driver on your system. Please check that you have an NVIDIA "
                  "GPU and installed a driver from http://www.nvidia.com/Download/index.aspx",

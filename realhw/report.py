@@ -5,7 +5,7 @@ probe, the verdicts, the settled profile values, the measurement); ``FIDELITY.md
 same report as tables — probe, fake, real, agree?, device, driver, date — followed by what
 each probe settles, the documented divergences and the throughput figures.
 :func:`profile_from_report` turns a real run back into a ``DeviceProfile``, so a fake run
-tomorrow emulates the machine measured today (spec anchors.md §9.3).
+tomorrow emulates the machine measured today.
 """
 
 from __future__ import annotations

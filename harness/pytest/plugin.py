@@ -1,8 +1,7 @@
 """kvreg's pytest plugin (entry point ``kvreg``): fixtures, markers and the leak check.
 
 Loading this module imports nothing heavy (no torch, cuda-bindings or pyverbs): the fakes
-are imported when a fixture is first used, as Hypothesis keeps its plugin separate
-(spec/anchors.md §5, §9.7).
+are imported when a fixture is first used, as Hypothesis keeps its plugin separate.
 """
 
 from __future__ import annotations
