@@ -108,7 +108,8 @@ class FakeDriver:
         return self.seq
 
     def alias_for(self, base: int, size: int) -> int:
-        """Device alias of a new pinned range (docs/cuda-runtime.md §4: == VA when attribute 91 is set)."""
+        """Device alias of a new pinned range (docs/cuda-runtime.md §4: == VA when attribute 91 is
+        set)."""
         if self.profile.can_use_host_pointer_for_registered_mem:
             return base
         alias = self._alias_next

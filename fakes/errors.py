@@ -2,7 +2,8 @@
 
 Values, names and texts follow docs/cuda-runtime.md §1 ([DOC] + [OBS-local]); a conformance
 test checks them against ``cuda.bindings.runtime.cudaError_t`` when it is installed. The
-per-API sets say which codes each API can really return (docs/cuda-runtime.md §2.1, §3, §4, §5), so a fault
+per-API sets say which codes each API can really return (docs/cuda-runtime.md §2.1, §3, §4, §5), so
+a fault
 plan cannot make ``cudaHostUnregister`` fail with "out of memory".
 """
 
@@ -159,12 +160,16 @@ class CudaErrorInfo:
 
 
 def error_name(code: int) -> str:
-    """``cudaGetErrorName``: the enum name, or "unrecognized error code" (docs/cuda-runtime.md §1)."""
+    """``cudaGetErrorName``: the enum name, or "unrecognized error code".
+
+    See docs/cuda-runtime.md §1.
+    """
     return ERRORS.get(int(code), (UNRECOGNIZED, UNRECOGNIZED))[0]
 
 
 def error_string(code: int) -> str:
-    """``cudaGetErrorString``: libcudart 13.0's text, or "unrecognized error code" (docs/cuda-runtime.md §1)."""
+    """``cudaGetErrorString``: libcudart 13.0's text, or "unrecognized error code" (docs/cuda-
+    runtime.md §1)."""
     return ERRORS.get(int(code), (UNRECOGNIZED, UNRECOGNIZED))[1]
 
 

@@ -57,7 +57,8 @@ class FakeCuda:
         self.trace = Trace()
         self.trace.describe_ptr = self.space.describe
         self.faults = FaultPlan()
-        # two runtime instances over one driver: torch's libcudart and cuda-bindings' (docs/cuda-runtime.md §6)
+        # two runtime instances over one driver: torch's libcudart and cuda-bindings' (docs/cuda-
+        # runtime.md §6)
         self.torch_runtime = FakeRuntime(self.driver, "torch")
         self.cuda_runtime = FakeRuntime(self.driver, "cuda-bindings",
                                         self.profile.bindings_runtime_version)

@@ -34,7 +34,10 @@ class _CudaErrorMeta(type):
 
 
 class TorchCudaError(metaclass=_CudaErrorMeta):
-    """``torch._C._cudart.cudaError``: only ``success`` is a named member (docs/cuda-runtime.md §7)."""
+    """``torch._C._cudart.cudaError``: only ``success`` is a named member.
+
+    See docs/cuda-runtime.md §7.
+    """
 
     __slots__ = ("_value",)
     _value: int

@@ -68,7 +68,8 @@ def _copy_apis_differ(context: Context) -> bool:
 
 DIVERGENCES: tuple[Divergence, ...] = (
     Divergence(
-        "verbs-memlock-privileged", "mr_memlock", "docs/mooncake-verbs.md §5.2 (RLIMIT_MEMLOCK row)",
+        "verbs-memlock-privileged", "mr_memlock",
+        "docs/mooncake-verbs.md §5.2 (RLIMIT_MEMLOCK row)",
         "The fake node models an unprivileged process. A process with CAP_IPC_LOCK (root in "
         "most containers) is not limited by RLIMIT_MEMLOCK, so the real MR succeeds where the "
         "fake says ENOMEM. Deployments run unprivileged, where the fake's answer holds.",

@@ -71,7 +71,8 @@ def memlock_limit() -> tuple[int | None, int | None]:
 def temporary_memlock(nbytes: int) -> Iterator[int]:
     """Lower the soft ``RLIMIT_MEMLOCK`` to ``nbytes`` for the block, then restore it.
 
-    This is the in-process form of ``ulimit -l`` (docs/cuda-runtime.md §12.9): an unprivileged process may
+    This is the in-process form of ``ulimit -l`` (docs/cuda-runtime.md §12.9): an unprivileged
+    process may
     lower its soft limit and raise it again up to the hard limit, so the probe can run
     without a shell. Yields the soft limit actually set (never above the hard limit).
     """

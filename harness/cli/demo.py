@@ -17,7 +17,8 @@ from kvreg.fakes.fake_cuda import FakeCuda
 
 GiB = 1 << 30
 
-# MLA DeepSeek-V3, bf16: C = 576, L = 61, P = 64 -> one page is 4,497,408 bytes (docs/pools.md §2.10)
+# MLA DeepSeek-V3, bf16: C = 576, L = 61, P = 64 -> one page is 4,497,408 bytes (docs/pools.md
+# §2.10)
 PAGE_BYTES = 64 * 61 * 576 * 2
 
 

@@ -102,7 +102,7 @@ class BufferSpec:
 
     @property
     def nbytes(self) -> int:
-        """Exact byte count (numel * itemsize): what cudaHostRegister is given (docs/pools.md §0)."""
+        """Exact byte count (numel * itemsize): what cudaHostRegister gets (docs/pools.md §0)."""
         return math.prod(self.shape) * int(self.dtype.itemsize)
 
     def as_dict(self) -> dict[str, Any]:
@@ -259,7 +259,10 @@ def base_size_from_host_gb(host_size_gb: float, size_per_token: int) -> int:
 
 
 def base_size_from_ratio(device_size: int, host_to_device_ratio: float) -> int:
-    """S0 without --hicache-size (docs/pools.md §0): int(device_pool.size * host_to_device_ratio)."""
+    """S0 without --hicache-size: int(device_pool.size * host_to_device_ratio).
+
+    See docs/pools.md §0.
+    """
     device = check_nonneg_int("device_size", device_size)
     if not host_to_device_ratio > 0:
         raise GeometryError(f"host_to_device_ratio must be positive, got {host_to_device_ratio!r}")

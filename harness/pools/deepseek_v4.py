@@ -31,7 +31,8 @@ LAYOUTS = (LAYER_FIRST, PAGE_FIRST, PAGE_FIRST_DIRECT)
 
 
 class _V4RowPool(PoolGeometry):
-    """Shared geometry: page_num host pages of layer_num rows of row_bytes each (docs/pools.md §2.7)."""
+    """Shared geometry: page_num host pages of layer_num rows of row_bytes each (docs/pools.md
+    §2.7)."""
 
     row_bytes: int
     layer_num: int

@@ -1,6 +1,7 @@
 """DSA (NSA) indexer host pool: the uint8 index_k_with_scale buffer, one page per indexer row.
 
-Facts: docs/pools.md §2.5 (DSAIndexerPoolHost), §4 (page meta), §5.1 (kernel path), §2.10 (worked G).
+Facts: docs/pools.md §2.5 (DSAIndexerPoolHost), §4 (page meta), §5.1 (kernel path), §2.10 (worked
+G).
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ class DSAIndexerGeometry(PoolGeometry):
         page_num: int,
     ) -> None:
         self.layout = check_layout(
-            self.pool_type, layout, (LAYER_FIRST, PAGE_FIRST, PAGE_FIRST_DIRECT), "docs/pools.md §2.5"
-        )
+            self.pool_type, layout, (LAYER_FIRST, PAGE_FIRST, PAGE_FIRST_DIRECT),
+            "docs/pools.md §2.5")
         self.layer_num = check_positive_int("layer_num", layer_num)
         self.index_head_dim = check_positive_int("index_head_dim", index_head_dim)
         self.quant_block_size = check_positive_int("quant_block_size", quant_block_size)
@@ -55,7 +56,8 @@ class DSAIndexerGeometry(PoolGeometry):
         rows, stride = self.indexer_page_num, self.indexer_page_stride_size
         if self.layout == LAYER_FIRST:
             # Transfers are page rows of t*P bytes inside one layer slab; the direct path groups
-            # consecutive rows, so the copy unit is the layer slab rows*t*P (docs/pools.md §2.5, §5.2).
+            # consecutive rows, so the copy unit is the layer slab rows*t*P (docs/pools.md §2.5,
+            # §5.2).
             slab = rows * stride
             buf = BufferSpec(
                 "index_k_with_scale_buffer",

@@ -34,7 +34,7 @@ PAGE_HEAD = "page_head"
 
 
 class _MHABase(PoolGeometry):
-    """Shared fields and checks of the MHA family (notation of docs/pools.md: L, H, D, b, P, N, S)."""
+    """Shared fields and checks of the MHA family (docs/pools.md notation: L, H, D, b, P, N, S)."""
 
     def __init__(
         self,
@@ -93,7 +93,8 @@ class _MHABase(PoolGeometry):
 
 
 class MHAGeometry(_MHABase):
-    """MHATokenToKVPoolHost: one allocation (2, ...) with the V half at L*S*H*D*b (docs/pools.md §2.1).
+    """MHATokenToKVPoolHost: one allocation (2, ...) with the V half at L*S*H*D*b (docs/pools.md
+    §2.1).
 
     G = P*layout_dim for page_first and page_first_direct; None (one call) for layer_first and
     page_head, which #36798 does not cover.
@@ -132,7 +133,8 @@ class MHAGeometry(_MHABase):
         slab = self._layer_slab(self.head_dim)
         regions: tuple[Region, ...]
         if self.layout == LAYER_FIRST:
-            # Direct io (transfer_kv_direct, docs/pools.md §5.2) copies runs of consecutive tokens per
+            # Direct io (transfer_kv_direct, docs/pools.md §5.2) copies runs of consecutive tokens
+            # per
             # layer; a run may cross pages but never a layer slab, so the copy unit is the slab.
             granularity, copy_unit = None, slab
             parts = [(f"{half} layer {i}", slab) for half in "KV" for i in range(self.layer_num)]

@@ -104,7 +104,8 @@ def _batch(mod: Any, **over: Any) -> Any:
                                     args["stream"])
 
 
-# (id, call on a module, expected exception type) — docs/cuda-runtime.md §9 [OBS-local] conversion rules and
+# (id, call on a module, expected exception type) — docs/cuda-runtime.md §9 [OBS-local] conversion
+# rules and
 # docs/cuda-runtime.md §5.3 "Python-side checks happen before the C call" [OBS-local]
 CUDA_CASES: list[tuple[str, Callable[[Any], Any], type[BaseException]]] = [
     ("register str ptr", lambda m: m.cudaHostRegister("0x10000", 4096, 0), TypeError),
@@ -197,7 +198,8 @@ def test_same_exception_type_as_the_real_binding(
         case[1](real_runtime)
 
 
-# (id, call, expected result code) for inputs the real binding accepts — docs/cuda-runtime.md §9 "accepts
+# (id, call, expected result code) for inputs the real binding accepts — docs/cuda-runtime.md §9
+# "accepts
 # several of these" [OBS-local]
 ACCEPTED: list[tuple[str, Callable[[Any], Any]]] = [
     ("float ptr", lambda m: m.cudaHostRegister(float(P), 4096, 0)),

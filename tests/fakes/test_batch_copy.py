@@ -54,7 +54,7 @@ class Rig:
         return fault.describe()
 
 
-# -- host-side classification (docs/cuda-runtime.md §5.1 applies to the batch API) -------------------------
+# -- host-side classification (docs/cuda-runtime.md §5.1 applies to the batch API) -----------------
 
 @pytest.mark.parametrize("d2h", [False, True])
 def test_wholly_registered_and_wholly_pageable_are_ok(d2h: bool) -> None:
@@ -126,7 +126,7 @@ def test_numpy_arrays_are_accepted_for_large_batches() -> None:
     assert rig.fake.cuda_runtime.last_copy_fault.index == n // 2 - 1
 
 
-# -- the validity rules (docs/cuda-runtime.md §5.3) -----------------------------------------------------------
+# -- the validity rules (docs/cuda-runtime.md §5.3) ------------------------------------------------
 
 def test_src_access_order_invalid_default_is_rejected() -> None:
     # docs/cuda-runtime.md §5.3 "Invalid = 0 (the default, and rejected)" [DOC]
@@ -234,7 +234,7 @@ def test_count_greater_than_list_raises(short: str) -> None:
     assert int(rig.rt.cudaPeekAtLastError()[0]) == 0
 
 
-# -- return arity and driver version (docs/cuda-runtime.md §5.3, §9) --------------------------------------------
+# -- return arity and driver version (docs/cuda-runtime.md §5.3, §9) -------------------------------
 
 def test_13x_signature_returns_err_only() -> None:
     # docs/cuda-runtime.md §5.3 "13.x returns (cudaError_t,)" [OBS-local]
@@ -278,7 +278,7 @@ def test_old_driver_gives_36() -> None:
     assert int(rig.rt.cudaMemcpyAsync(rig.dev, rig.base, PAGE, 1, rig.stream)[0]) == 0
 
 
-# -- WSL2: raw host VA of registered memory (docs/cuda-runtime.md §4, §10 sglang #40232) -------------------------
+# -- WSL2: raw host VA of registered memory (docs/cuda-runtime.md §4, §10 sglang #40232) -----------
 
 def test_wsl2_raw_host_va_poisons_the_context_asynchronously() -> None:
     # docs/cuda-runtime.md §4 "Passing raw host VAs of registered memory to cudaMemcpyBatchAsync

@@ -105,7 +105,7 @@ def _has_bindings() -> bool:
     return True
 
 
-# -- lenient conversion (docs/cuda-runtime.md §9) -------------------------------------------------------------
+# -- lenient conversion (docs/cuda-runtime.md §9) --------------------------------------------------
 
 def test_none_pointer_is_null(fake: FakeCuda) -> None:
     # docs/cuda-runtime.md §9 "ptr accepts ... None (taken as NULL)" [OBS-local]; §2.2 NULL -> 1

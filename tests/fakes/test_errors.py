@@ -110,7 +110,8 @@ def test_code_for_resolves_names_and_rejects_unknown() -> None:
     # docs/cuda-runtime.md §2.1 documented return set of cudaHostRegister [DOC]
     ("cudaHostRegister", 712, True), ("cudaHostRegister", 2, True),
     ("cudaHostRegister", 801, True), ("cudaHostRegister", 713, False),
-    # docs/cuda-runtime.md §3: Success, InvalidValue and HostMemoryNotRegistered (+ 4 during teardown)
+    # docs/cuda-runtime.md §3: Success, InvalidValue and HostMemoryNotRegistered (+ 4 during
+    # teardown)
     ("cudaHostUnregister", 713, True), ("cudaHostUnregister", 2, False),
     # docs/cuda-runtime.md §2.1 \note_init_rt: every API may return the init errors
     ("cudaHostUnregister", 35, True), ("cudaHostGetFlags", 100, True),

@@ -31,7 +31,7 @@ def _live(fake: FakeCuda) -> list[tuple[int, int, int]]:
     return [(r.base, r.size, r.flags) for r in fake.live_registrations()]
 
 
-# -- flags (docs/cuda-runtime.md §2.1) ---------------------------------------------------------------------
+# -- flags (docs/cuda-runtime.md §2.1) -------------------------------------------------------------
 
 @pytest.mark.parametrize("flags", [0, 1, 2, 3])
 def test_documented_flags_succeed_and_are_kept(flags: int) -> None:
@@ -105,7 +105,8 @@ def test_null_pointer_gives_invalid_value() -> None:
 # -- overlap: 712 ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("label", "off", "size"), [
-    ("exact twice", 0, 2 * MiB),          # docs/cuda-runtime.md §2.2 "Exactly the same range registered twice"
+    # docs/cuda-runtime.md §2.2 "Exactly the same range registered twice"
+    ("exact twice", 0, 2 * MiB),
     ("same base, shorter", 0, PAGE),      # docs/cuda-runtime.md §2.2 "same base"
     ("same base, longer", 0, 4 * MiB),
     ("interior start", 80, 160),          # NVIDIA test_cudart.py: +80 B overlapping -> 712
@@ -316,7 +317,8 @@ def test_wrapping_range_gives_invalid_value() -> None:
 
 
 def test_device_alias_is_not_host_memory() -> None:
-    # docs/cuda-runtime.md §4: on WSL2 the alias is a device address, not host memory; docs/cuda-runtime.md §2.2
+    # docs/cuda-runtime.md §4: on WSL2 the alias is a device address, not host memory; docs/cuda-
+    # runtime.md §2.2
     # device memory -> 1 [OBS-ext]
     fake, rt, base = _setup("wsl2")
     assert _code(rt.cudaHostRegister(base, MiB, 0)) == 0

@@ -55,9 +55,11 @@ class RegistryModel:
         if size == 0:                                   # docs/cuda-runtime.md §2.2 size 0 -> 1
             return 1
         for b, s in self.live.items():
-            if self.granularity == "page":              # docs/cuda-runtime.md §2.2 same-page row [UNC]
+            # docs/cuda-runtime.md §2.2 same-page row [UNC]
+            if self.granularity == "page":
                 (lo1, hi1), (lo2, hi2) = _page_span(off, size), _page_span(b, s)
-            else:                                       # docs/cuda-runtime.md §2.2 overlap by byte -> 712
+            # docs/cuda-runtime.md §2.2 overlap by byte -> 712
+            else:
                 lo1, hi1, lo2, hi2 = off, off + size, b, b + s
             if lo1 < hi2 and lo2 < hi1:
                 return 712
@@ -70,7 +72,8 @@ class RegistryModel:
             return 0
         if any(b < off < b + s for b, s in self.live.items()):
             return 1                                    # docs/cuda-runtime.md §3 interior -> 1
-        return 713                                      # docs/cuda-runtime.md §3 unknown / twice -> 713
+        # docs/cuda-runtime.md §3 unknown / twice -> 713
+        return 713
 
     def copy(self, off: int, size: int) -> int:
         end = off + size
@@ -105,7 +108,8 @@ class RegistryMachine(RuleBasedStateMachine):
     # -- helpers --------------------------------------------------------------------------
     def _check_last_error(self, face: str, code: int) -> None:
         runtime = self.fake.torch_runtime if face == "torch" else self.fake.cuda_runtime
-        assert runtime.get_last_error() == code   # docs/cuda-runtime.md §6: the failure lands in that runtime
+        # docs/cuda-runtime.md §6: the failure lands in that runtime
+        assert runtime.get_last_error() == code
         assert runtime.get_last_error() == 0
 
     def _register(self, face: str, off: int, size: int) -> None:

@@ -86,7 +86,8 @@ def test_error_helpers() -> None:
 def test_profiles_and_their_unc_switches() -> None:
     p = get_profile()
     assert p.name == "h200-r580" and p.per_call_limit == 512 << 30
-    assert p.copy_across_registrations == "reject"  # conservative default, docs/cuda-runtime.md §11.3
+    # conservative default, docs/cuda-runtime.md §11.3
+    assert p.copy_across_registrations == "reject"
     assert get_profile("h100-r575").per_call_limit is None
     with pytest.raises(ValueError, match="known"):
         get_profile("h300")

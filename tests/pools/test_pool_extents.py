@@ -30,7 +30,8 @@ def rows(ext: PageExtents) -> list[Row]:
 
 
 def test_mha_layer_first_k_then_v_per_layer() -> None:
-    # docs/pools.md §4: per layer l, K = idx*H*D*b + l*S*H*D*b, then V = K + L*S*H*D*b; size P*H*D*b.
+    # docs/pools.md §4: per layer l, K = idx*H*D*b + l*S*H*D*b, then V = K + L*S*H*D*b; size
+    # P*H*D*b.
     # L=2 H=1 D=2 fp16 P=2 N=3: S=6, H*D*b=4, layer slab 24, V at 48, page p -> idx*4 = 8p.
     geo = MHAGeometry("layer_first", 2, 1, 2, "fp16", 2, 3)
     assert geo.v_offset == 48
@@ -41,7 +42,8 @@ def test_mha_layer_first_k_then_v_per_layer() -> None:
 
 @pytest.mark.parametrize("layout", ["page_first", "page_first_direct", "page_head"])
 def test_mha_page_layouts_k_and_v_whole_pages(layout: str) -> None:
-    # docs/pools.md §4 / docs/mooncake-verbs.md §3.4: K = idx*L*H*D*b, V = K + L*S*H*D*b, size L*P*H*D*b.
+    # docs/pools.md §4 / docs/mooncake-verbs.md §3.4: K = idx*L*H*D*b, V = K + L*S*H*D*b, size
+    # L*P*H*D*b.
     # L=2 H=1 D=2 fp16 P=2 N=3: page 16 B, V half at 48.
     geo = MHAGeometry(layout, 2, 1, 2, "fp16", 2, 3)
     assert rows(geo.page_extents([2, 0])) == [(0, 32, 16), (0, 80, 16), (0, 0, 16), (0, 48, 16)]

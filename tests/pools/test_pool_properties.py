@@ -25,7 +25,7 @@ any_geometry = single | anchor_and_sides
 
 
 def page_limit(geo: PoolGeometry) -> int:
-    """Pages every member can list (group members keep their own page counts, docs/pools.md §2.9)."""
+    """Pages every member can list (members keep their own page counts, docs/pools.md §2.9)."""
     if isinstance(geo, HostPoolGroup):
         return min(page_limit(m) for m in geo.members)
     return int(geo.page_count)
@@ -78,7 +78,8 @@ def test_page_extents_are_whole_granularity_pages(geo: PoolGeometry) -> None:
 @settings(max_examples=200, deadline=None)
 @given(any_geometry, st.data())
 def test_subset_of_pages_matches_the_full_listing(geo: PoolGeometry, data: st.DataObject) -> None:
-    # get_page_buffer_meta for some pages = the full listing's rows of those pages (docs/pools.md §4);
+    # get_page_buffer_meta for some pages = the full listing's rows of those pages (docs/pools.md
+    # §4);
     # catches per-page strides computed from the wrong page.
     if not geo.has_page_meta:
         return

@@ -1,4 +1,5 @@
-"""Host sizing (docs/pools.md §0), DCP division, and the DSA indexer's extra pages (docs/pools.md §2.5)."""
+"""Host sizing (docs/pools.md §0), DCP division, and the DSA indexer's extra pages (docs/pools.md
+§2.5)."""
 
 from __future__ import annotations
 

@@ -25,7 +25,8 @@ HAS_PYVERBS = importlib.util.find_spec("pyverbs") is not None
 
 @no_driver
 def test_real_bindings_return_35_without_a_driver() -> None:
-    # docs/cuda-runtime.md §2.2 / §9 [OBS-local]: every call 35, count slot None; versions still answer
+    # docs/cuda-runtime.md §2.2 / §9 [OBS-local]: every call 35, count slot None; versions still
+    # answer
     err, count = runtime.cudaGetDeviceCount()
     assert (int(err), count) == (35, None)
     assert int(runtime.cudaHostRegister(0x1000, 4096, 0)[0]) == 35
