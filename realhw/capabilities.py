@@ -308,7 +308,7 @@ def profile_for(caps: Capabilities, base: DeviceProfile | None = None) -> Device
             changes[name] = value
     if caps.runtime_version is not None:
         # measured through cuda-python: the version of the runtime cuda-bindings links
-        # statically (spec §6), not torch's bundled one
+        # statically (docs/cuda-runtime.md §6), not torch's bundled one
         changes["bindings_runtime_version"] = caps.runtime_version
     if caps.device_memory is not None:
         changes["total_memory"] = caps.device_memory

@@ -328,10 +328,10 @@ def test_device_alias_is_not_host_memory() -> None:
     assert _code(rt.cudaHostRegister(alias, MiB, 0)) == 1
 
 
-# -- ranges that are not mapped memory (spec §2.2 [OBS-ext]) --------------------------------
+# -- ranges that are not mapped memory (docs/cuda-runtime.md §2.2 [OBS-ext]) -----------------------
 
 def test_virtual_buffer_registered_with_far_more_than_its_size_gives_invalid_value() -> None:
-    # spec cuda-runtime.md §2.2 "Range not fully mapped in the process (for example a size
+    # docs/cuda-runtime.md §2.2 "Range not fully mapped in the process (for example a size
     # far beyond a small malloc)" -> 1 [OBS-ext] HIP test "invalid memory size"
     fake = FakeCuda()
     buf = fake.virtual(4096)
@@ -342,7 +342,7 @@ def test_virtual_buffer_registered_with_far_more_than_its_size_gives_invalid_val
 
 
 def test_small_numpy_array_registered_with_a_gib_gives_invalid_value() -> None:
-    # spec cuda-runtime.md §2.2 "Range not fully mapped" -> 1 [OBS-ext]: real process memory,
+    # docs/cuda-runtime.md §2.2 "Range not fully mapped" -> 1 [OBS-ext]: real process memory,
     # judged from /proc/self/maps
     from kvreg.fakes.host_mapping import PROCESS_MAPS
 
@@ -352,14 +352,15 @@ def test_small_numpy_array_registered_with_a_gib_gives_invalid_value() -> None:
     arr = np.zeros(4096, np.uint8)
     assert _code(fake.runtime.cudaHostRegister(arr.ctypes.data, GiB, 0)) == 1
     assert _live(fake) == []
-    # the array itself registers (spec §2.2 unaligned rows: NVIDIA's test_cudart registers a
+    # the array itself registers (docs/cuda-runtime.md §2.2 unaligned rows: NVIDIA's test_cudart
+    # registers a
     # numpy buffer) and unregisters
     assert _code(fake.runtime.cudaHostRegister(arr.ctypes.data, arr.nbytes, 0)) == 0
     assert _code(fake.runtime.cudaHostUnregister(arr.ctypes.data)) == 0
 
 
 def test_reserved_va_example_gives_invalid_value() -> None:
-    # spec cuda-runtime.md §2.2 "Address inside CUDA's reserved VA (for example MAP_FIXED at
+    # docs/cuda-runtime.md §2.2 "Address inside CUDA's reserved VA (for example MAP_FIXED at
     # 0xff0000000)" -> 1 [OBS-ext] openucx/ucx #8827
     fake = FakeCuda()
     assert _code(fake.runtime.cudaHostRegister(0xFF0000000, 4096, 0)) == 1
@@ -426,7 +427,7 @@ def test_range_spanning_the_gap_between_two_virtual_buffers_gives_invalid_value(
 
 
 def test_device_memory_is_not_host_memory() -> None:
-    # spec cuda-runtime.md §2.2 "Device memory (cudaMalloc pointer)" -> 1 [OBS-ext] ucx #4393
+    # docs/cuda-runtime.md §2.2 "Device memory (cudaMalloc pointer)" -> 1 [OBS-ext] ucx #4393
     fake = FakeCuda()
     _, dev = fake.runtime.cudaMalloc(MiB)
     assert _code(fake.runtime.cudaHostRegister(dev, MiB, 0)) == 1
@@ -439,7 +440,7 @@ def test_device_memory_is_not_host_memory() -> None:
 def test_virtual_buffer_is_mapped_exactly_up_to_its_page_rounded_end(
         nbytes: int, size: int, offset: int) -> None:
     # an mmap of nbytes maps whole pages: registering inside them succeeds, one byte past the
-    # last page fails with 1 (spec §2.2 "range not fully mapped") [INF]
+    # last page fails with 1 (docs/cuda-runtime.md §2.2 "range not fully mapped") [INF]
     fake = FakeCuda(PROFILES["h200-r580"].replace(per_call_limit=None))
     buf = fake.virtual(nbytes)
     mapped_end = buf.data_ptr() + ((nbytes + PAGE - 1) & ~(PAGE - 1))
