@@ -136,7 +136,7 @@ def fake_verbs(request: pytest.FixtureRequest) -> Iterator[Fabric]:
     """A fresh fake RDMA fabric (``Fabric``): for the test, ``import pyverbs`` (and its
     submodules, both enum generations) reach it. One node (``node0``) with one mlx5 NIC
     (``mlx5_0``); ``add_device(name, profile, **attrs)`` adds a NIC or overrides DeviceAttr
-    values (profiles: mlx5, rxe, erdma, ionic-like), ``add_node(name)`` another node;
+    values (profiles: mlx5, rxe, ionic, erdma, efa), ``add_node(name)`` another node;
     ``inject(api, nth=, error=)`` / ``faults`` arm failures; ``live_mrs()`` and ``trace``
     show what happened. The test fails if MRs are still registered at its end, unless it is
     marked ``kvreg_allow_leaks``.

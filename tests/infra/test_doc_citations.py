@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 # where citations live: the packages, the catalog, the real-hardware tier, the guides
 SCOPES = ("fakes", "harness", "realhw", "scenarios", "examples", "README.md")
-SUFFIXES = {".py", ".toml", ".md", ".ini"}
+SUFFIXES = {".py", ".toml", ".md", ".ini", ".tsv", ".txt"}
 PAGE_NAMES = "pools|cuda-runtime|mooncake-verbs|anchors"
 
 CITATION = re.compile(r"docs/([\w-]+\.md)((?:\s*(?:,|;|/|-|and|or)?\s*§\s*\d+(?:\.\d+)*)*)")
