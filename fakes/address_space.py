@@ -242,7 +242,8 @@ class AddressSpace:
         return alloc
 
     def forget(self, base: int) -> None:
-        """Drop an allocation record (the fake never unregisters on free: spec §2.2)."""
+        """Drop an allocation record (the fake never unregisters on free: docs/cuda-runtime.md
+        §2.2)."""
         if self._allocs.pop(base, None) is not None:
             self.generation += 1
             i = bisect.bisect_left(self._bases, base)

@@ -1,6 +1,6 @@
 """Copy validation: which side of each copy is device memory, and is each host side legal.
 
-The rule (spec/cuda-runtime.md §5.1, ``\\note_memcpy``) [DOC]: a host range must be wholly
+The rule (docs/cuda-runtime.md §5.1, ``\\note_memcpy``) [DOC]: a host range must be wholly
 registered or wholly pageable; a mix is cudaErrorInvalidValue. A range that is wholly
 pinned but by two adjacent, separate registrations is [UNC] (§5.4) and follows the
 profile's ``copy_across_registrations``. Everything is vectorised: one numpy pass per side.

@@ -22,7 +22,7 @@ from .torch_face import TorchCudartFace
 
 __all__ = ["modelled_cuda_python", "modelled_torch", "render", "runtime_symbols"]
 
-# where each modelled API's behaviour is specified (spec/cuda-runtime.md)
+# where each modelled API's behaviour is specified (docs/cuda-runtime.md)
 SPEC_SECTION = {
     "cudaHostRegister": "§2", "cudaHostUnregister": "§3", "cudaHostAlloc": "§2.2, §4",
     "cudaMallocHost": "§2.2, §4", "cudaFreeHost": "§2.2", "cudaMalloc": "§2.2",
@@ -137,7 +137,8 @@ def render() -> str:
     lines += ["", "## `cuda.bindings.driver` face", "",
               f"**{len(drv)}** modelled of {len(drv_real)} functions; every other name is in "
               "`dir()` and raises `NotModelledError` when called. Registrations are shared "
-              "with the runtime faces; the driver API has no last-error slot (spec §6).", "",
+              "with the runtime faces; the driver API has no last-error slot "
+              "(docs/cuda-runtime.md §6).", "",
               "| API | notes |", "|---|---|"]
     lines += [f"| `{n}` | {_summary(CudaDriverFace, n)} |" for n in drv]
     lines += ["", "## libcudart through ctypes (`ctypes.CDLL(\"libcudart.so...\")`)", "",

@@ -1,7 +1,7 @@
 """``libcudart`` loaded through ctypes: a fake shared library with ctypes' own conventions.
 
 Registration code that must keep registration and error draining on one runtime handle
-loads libcudart with ``ctypes.CDLL`` (vllm-project/vllm PR #50070, spec cuda-runtime.md §6).
+loads libcudart with ``ctypes.CDLL`` (vllm-project/vllm PR #50070, docs/cuda-runtime.md §6).
 Under ``FakeCuda.patch()`` that load gives :class:`FakeCudartLibrary`: its functions are real
 ctypes function pointers (settable ``argtypes``/``restype``/``errcheck``, ``c_int`` results by
 default, arguments converted by ctypes itself, out-parameters written through ``byref`` or
@@ -10,7 +10,8 @@ pointers) whose C ends are Python callbacks with the C signatures of
 passed without ``argtypes`` fails to convert as ctypes fails it, and a ``restype`` left at
 ``c_int`` on ``cudaGetErrorString`` yields a truncated address, not text.
 
-The library is its own runtime instance with its own last-error slot (spec §6): the system
+The library is its own runtime instance with its own last-error slot (docs/cuda-runtime.md §6): the
+system
 libcudart, or torch's bundled ``libcudart-<hash>.so`` when that file is loaded, which is then
 torch's instance. Registrations are the driver's, shared with every other face.
 """

@@ -1,6 +1,6 @@
 """The fake driver: state shared by every runtime instance in one simulated process.
 
-Registrations are driver-level (spec/cuda-runtime.md §6): a range pinned through torch's
+Registrations are driver-level (docs/cuda-runtime.md §6): a range pinned through torch's
 runtime is pinned for cuda-python's too. The driver holds the pinned ranges, device
 allocations, streams and the profile; per-thread last-error slots live in each
 :class:`~kvreg.fakes.cuda_runtime.FakeRuntime`.
@@ -20,7 +20,7 @@ from .registry import Pinned, PinnedRegistry
 
 __all__ = ["ALIAS_OFFSET", "DEVICE_BASE", "FLAG_BITS", "DeviceAlloc", "FakeDriver"]
 
-# cudaHostRegister / cuMemHostRegister flags (spec §2.1, driver_types.h 92-96) [DOC]
+# cudaHostRegister / cuMemHostRegister flags (docs/cuda-runtime.md §2.1, driver_types.h 92-96) [DOC]
 REGISTER_DEFAULT, REGISTER_PORTABLE, REGISTER_MAPPED, REGISTER_IO_MEMORY, REGISTER_READ_ONLY = (
     0, 1, 2, 4, 8)
 FLAG_BITS = 0xF
@@ -108,7 +108,8 @@ class FakeDriver:
         return self.seq
 
     def alias_for(self, base: int, size: int) -> int:
-        """Device alias of a new pinned range (spec §4: == VA when attribute 91 is set)."""
+        """Device alias of a new pinned range (docs/cuda-runtime.md §4: == VA when attribute 91 is
+        set)."""
         if self.profile.can_use_host_pointer_for_registered_mem:
             return base
         alias = self._alias_next
@@ -120,21 +121,26 @@ class FakeDriver:
         """cudaHostRegister / cuMemHostRegister at driver level: a code, no error state."""
         driver = self
         p = driver.profile
-        if ptr == 0 or size == 0:                       # spec §2.2 rows size 0 / NULL -> 1
+        # docs/cuda-runtime.md §2.2 rows size 0 / NULL -> 1
+        if ptr == 0 or size == 0:
             return E.INVALID_VALUE
         if flags:
-            if flags & ~FLAG_BITS:                      # spec §2.1 invalid bits -> 1
+            # docs/cuda-runtime.md §2.1 invalid bits -> 1
+            if flags & ~FLAG_BITS:
                 return E.INVALID_VALUE
-            if flags & REGISTER_READ_ONLY and not p.read_only_supported:   # spec §2.1 -> 801
+            # docs/cuda-runtime.md §2.1 -> 801
+            if flags & REGISTER_READ_ONLY and not p.read_only_supported:
                 return E.NOT_SUPPORTED
-            if flags & REGISTER_IO_MEMORY and not p.io_memory_permitted:   # spec §2.1 -> 800
+            # docs/cuda-runtime.md §2.1 -> 800
+            if flags & REGISTER_IO_MEMORY and not p.io_memory_permitted:
                 return E.NOT_PERMITTED
-        if not p.host_register_supported:               # spec §2.1 attribute 99
+        if not p.host_register_supported:               # docs/cuda-runtime.md §2.1 attribute 99
             return E.NOT_SUPPORTED
         lo, hi, gen = self._mapped_hint   # the last virtual buffer found mapped
         if not (lo <= ptr and ptr + size <= hi and gen == self.space.generation):
             if not range_is_mapped(self.space, ptr, size, p.reserved_va):
-                # spec §2.2 rows "range not fully mapped", "address inside CUDA's reserved
+                # docs/cuda-runtime.md §2.2 rows "range not fully mapped", "address inside CUDA's
+                # reserved
                 # VA" and "device memory" -> 1 [OBS-ext]
                 return E.INVALID_VALUE
             extent = virtual_extent(self.space, ptr) if self.space.is_virtual(ptr) else None
@@ -142,12 +148,12 @@ class FakeDriver:
                 self._mapped_hint = (*extent, self.space.generation)
         with driver.lock:
             hit = driver.pinned.first_overlap(ptr, size, p.overlap_granularity)
-            if hit is not None:                         # spec §2.2 overlap -> 712
+            if hit is not None:                         # docs/cuda-runtime.md §2.2 overlap -> 712
                 code = p.register_host_alloc_code if hit.kind == "host_alloc" else \
                     E.HOST_MEMORY_ALREADY_REGISTERED
                 return code
             if p.per_call_limit is not None and size >= p.per_call_limit:
-                return E.MEMORY_ALLOCATION  # spec §2.2: 512 GiB per call, R580+
+                return E.MEMORY_ALLOCATION  # docs/cuda-runtime.md §2.2: 512 GiB per call, R580+
             seq = driver.seq = driver.seq + 1
             dev = driver.current_device()
             driver.pinned.add(Pinned(ptr, size, flags, "register", dev, seq,
@@ -155,20 +161,21 @@ class FakeDriver:
         return 0
 
     def host_unregister(self, ptr: int) -> int:
-        """cudaHostUnregister / cuMemHostUnregister at driver level (spec §3)."""
+        """cudaHostUnregister / cuMemHostUnregister at driver level (docs/cuda-runtime.md §3)."""
         driver = self
         with driver.lock:
             entry = driver.pinned.get(ptr)
             if entry is not None and entry.kind == "register":
-                driver.pinned.remove(ptr)               # spec §3: exact base -> 0
+                driver.pinned.remove(ptr)               # docs/cuda-runtime.md §3: exact base -> 0
                 return 0
             if ptr == 0:
-                return driver.profile.unregister_null_code   # spec §3 [UNC]
+                return driver.profile.unregister_null_code   # docs/cuda-runtime.md §3 [UNC]
             inner = entry or driver.pinned.containing(ptr)
             if inner is not None:
-                # spec §3: interior pointer -> 1; cudaHostAlloc memory -> 1 [OBS-ext]
+                # docs/cuda-runtime.md §3: interior pointer -> 1; cudaHostAlloc memory -> 1 [OBS-
+                # ext]
                 return E.INVALID_VALUE
-        return E.HOST_MEMORY_NOT_REGISTERED  # spec §3: unknown / twice -> 713
+        return E.HOST_MEMORY_NOT_REGISTERED  # docs/cuda-runtime.md §3: unknown / twice -> 713
 
     def live_registrations(self) -> list[Pinned]:
         return [p for p in self.pinned if p.kind == "register"]

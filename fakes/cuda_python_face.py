@@ -1,6 +1,6 @@
 """The ``cuda.bindings.runtime`` face: tuple returns, int-subclass ``cudaError_t``.
 
-Exact to cuda-python (spec/cuda-runtime.md §9): every function returns a tuple whose output
+Exact to cuda-python (docs/cuda-runtime.md §9): every function returns a tuple whose output
 slots are None on error; ``cudaError_t`` is the real enum when cuda-bindings is installed
 (falsy success, ``.name``, ``.value``); arguments are converted leniently as the binding does
 (None is NULL, buffers give their address, floats are truncated) and rejected with the same
@@ -39,7 +39,7 @@ def bindings_module() -> types.ModuleType | None:
     return real_module("runtime")
 
 
-# number of output slots after the error, per API (spec §9 return convention)
+# number of output slots after the error, per API (docs/cuda-runtime.md §9 return convention)
 OUTPUTS: dict[str, int] = {
     "cudaHostRegister": 0, "cudaHostUnregister": 0, "cudaHostAlloc": 1, "cudaMallocHost": 1,
     "cudaFreeHost": 0, "cudaMalloc": 1, "cudaFree": 0, "cudaPointerGetAttributes": 1,
@@ -58,7 +58,8 @@ _PTR_ERR = ("Provided argument is of type {} but expected Type None, int or obje
 
 
 def pointer_arg(value: Any) -> int:
-    """cuda-python's pointer conversion (spec §9): int, None, buffer, c_void_p, float."""
+    """cuda-python's pointer conversion (docs/cuda-runtime.md §9): int, None, buffer, c_void_p,
+    float."""
     if value is None:
         return 0
     if isinstance(value, ctypes.c_void_p):
@@ -97,9 +98,11 @@ def unsigned_arg(value: Any, limit: int, ctype: str) -> int:
 
 
 def _stream(value: Any) -> int:
-    """Streams: None is the legacy NULL stream (spec §5.3); handles convert with int().
+    """Streams: None is the legacy NULL stream (docs/cuda-runtime.md §5.3); handles convert with
+    int().
 
-    As the binding does (spec §9 conversion rules): strings and buffers give TypeError,
+    As the binding does (docs/cuda-runtime.md §9 conversion rules): strings and buffers give
+    TypeError,
     negative values and values of 2**64 or more give OverflowError.
     """
     if value is None:
@@ -115,8 +118,10 @@ def _stream(value: Any) -> int:
 
 
 def _size_list(label: str, values: Sequence[Any] | np.ndarray, n: int) -> np.ndarray:
-    """A ``list[size_t]`` argument of cudaMemcpyBatchAsync (spec §5.3: wrong element types
-    raise TypeError; spec §9: negative sizes raise OverflowError). numpy arrays are accepted
+    """A ``list[size_t]`` argument of cudaMemcpyBatchAsync (docs/cuda-runtime.md §5.3: wrong element
+    types
+    raise TypeError; docs/cuda-runtime.md §9: negative sizes raise OverflowError). numpy arrays are
+    accepted
     as a fast path for large batches."""
     if isinstance(values, np.ndarray):
         arr = values[:n]
@@ -248,7 +253,7 @@ class CudaBindingsFace(types.ModuleType):
     def bindings_major(self) -> int:
         return self._kvreg_runtime.driver.profile.bindings_major
 
-    # -- error strings and state (spec §1, §6) -------------------------------------------------
+    # -- error strings and state (docs/cuda-runtime.md §1, §6) -------------------------------------
     def cudaGetErrorString(self, error: Any) -> tuple[Any, bytes]:
         """(cudaSuccess, text) for any code; unknown codes give 'unrecognized error code' (§1)."""
         return self._e(0), E.error_string(int(error)).encode()
@@ -265,7 +270,7 @@ class CudaBindingsFace(types.ModuleType):
         """Returns the pending error without clearing it (§6)."""
         return (self._e(self._kvreg_runtime.peek_at_last_error()),)
 
-    # -- registration (spec §2, §3) ------------------------------------------------------------
+    # -- registration (docs/cuda-runtime.md §2, §3) ------------------------------------------------
     def cudaHostRegister(self, ptr: Any, size: Any, flags: Any) -> tuple[Any]:
         """Overlap -> 712, size 0 or NULL -> 1, bad flags -> 1, ReadOnly -> 801, ceiling -> 2."""
         p = pointer_arg(ptr)
@@ -301,7 +306,7 @@ class CudaBindingsFace(types.ModuleType):
         """Frees device memory; an unknown pointer -> 1."""
         return (self._e(self._kvreg_runtime.free(pointer_arg(devPtr))),)
 
-    # -- queries (spec §4) ---------------------------------------------------------------------
+    # -- queries (docs/cuda-runtime.md §4) ---------------------------------------------------------
     def cudaPointerGetAttributes(self, ptr: Any) -> tuple[Any, Any]:
         """Unregistered (0), Host (1) or Device (2); interior addresses per profile (§4)."""
         code, attrs = self._kvreg_runtime.pointer_get_attributes(pointer_arg(ptr))
@@ -377,7 +382,7 @@ class CudaBindingsFace(types.ModuleType):
         """Where asynchronous errors (sticky 700) surface."""
         return (self._e(self._kvreg_runtime.synchronize(None)),)
 
-    # -- copies (spec §5) ----------------------------------------------------------------------
+    # -- copies (docs/cuda-runtime.md §5) ----------------------------------------------------------
     def cudaMemcpyAsync(self, dst: Any, src: Any, count: Any, kind: Any,
                         stream: Any) -> tuple[Any]:
         """Host range wholly registered or pageable, else 1; spans per profile [UNC] (§5)."""
@@ -398,14 +403,15 @@ class CudaBindingsFace(types.ModuleType):
                                  ("attrs", attrs, na), ("attrsIdxs", attrsIdxs, na)):
             if seq is None:
                 seq = ()
-            if len(seq) < need:   # the binding's own Python-side check (spec §5.3)
+            if len(seq) < need:   # the binding's own Python-side check (docs/cuda-runtime.md §5.3)
                 raise RuntimeError(f"List is too small: {len(seq)} < {need}")
         d = self._ptr_array(dsts, n)
         s = self._ptr_array(srcs, n)
         z = _size_list("sizes", sizes, n)
         attr_type = self.cudaMemcpyAttributes
         head = list(attrs)[:na]
-        if not all(isinstance(a, attr_type) for a in head):   # spec §5.3: wrong types
+        # docs/cuda-runtime.md §5.3: wrong types
+        if not all(isinstance(a, attr_type) for a in head):
             raise TypeError("Argument 'attrs' is not instance of type (expected "
                             "tuple[cyruntime.cudaMemcpyAttributes,] or "
                             "list[cyruntime.cudaMemcpyAttributes,]")
@@ -488,7 +494,7 @@ def _int_like(value: Any) -> int:
     return int(value)
 
 
-# per-API argument conversions, in order (spec §9 conversion rules)
+# per-API argument conversions, in order (docs/cuda-runtime.md §9 conversion rules)
 _ARG_CHECKS: dict[str, tuple[Any, ...]] = {
     "cudaHostRegister": (pointer_arg, _size, _uint), "cudaHostUnregister": (pointer_arg,),
     "cudaHostAlloc": (_size, _uint), "cudaMallocHost": (_size,), "cudaFreeHost": (pointer_arg,),

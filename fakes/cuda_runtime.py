@@ -1,7 +1,7 @@
 """One fake CUDA runtime instance: the semantics of every modelled API, as plain ints.
 
 A process can hold several runtime instances (torch's bundled libcudart, cuda-bindings'
-static one) over one driver (spec/cuda-runtime.md §6), so each face gets its own
+static one) over one driver (docs/cuda-runtime.md §6), so each face gets its own
 ``FakeRuntime`` while sharing a :class:`FakeDriver`. Methods return the error code (and
 outputs); the faces turn those into torch or cuda-python objects. Every failure lands in
 the calling thread's last-error slot of this instance only.
@@ -35,7 +35,7 @@ REAL_HOST_ALLOC_MAX = 64 << 20   # cudaHostAlloc below this returns real, writab
 
 @dataclass(frozen=True)
 class PointerAttributes:
-    """``cudaPointerAttributes`` (spec §4)."""
+    """``cudaPointerAttributes`` (docs/cuda-runtime.md §4)."""
 
     type: int
     device: int
@@ -50,13 +50,14 @@ class FakeRuntime:
                  version: int | None = None) -> None:
         self.driver = driver
         self.name = name
-        # each instance reports the version of the library it stands for (spec §6, §9)
+        # each instance reports the version of the library it stands for (docs/cuda-runtime.md §6,
+        # §9)
         self.version = driver.profile.runtime_version if version is None else version
         self._tls = threading.local()
         self.last_copy_fault: CopyFault | None = None
         self._host_alloc_objects: dict[int, Any] = {}
 
-    # -- error state (spec §6, §11.5) ---------------------------------------------------
+    # -- error state (docs/cuda-runtime.md §6, §11.5) ----------------------------------------------
     def _fail(self, code: int) -> int:
         self._tls.last = code
         return code
@@ -90,10 +91,11 @@ class FakeRuntime:
 
     # -- versions and devices -------------------------------------------------------------
     def runtime_get_version(self) -> tuple[int, int]:
-        return 0, self.version   # succeeds even without a driver (spec §2.2, §9)
+        return 0, self.version   # succeeds even without a driver (docs/cuda-runtime.md §2.2, §9)
 
     def driver_get_version(self) -> tuple[int, int]:
-        return 0, self.driver.profile.driver_version   # 0 without a driver (spec §2.2)
+        # 0 without a driver (docs/cuda-runtime.md §2.2)
+        return 0, self.driver.profile.driver_version
 
     def get_device_count(self) -> tuple[int, int | None]:
         init = self._init_error()
@@ -132,7 +134,7 @@ class FakeRuntime:
         used = sum(a.size for a in self.driver.device_ranges())
         return 0, max(total - used, 0), total
 
-    # -- cudaHostRegister / cudaHostUnregister (spec §2, §3) ----------------------------
+    # -- cudaHostRegister / cudaHostUnregister (docs/cuda-runtime.md §2, §3) -----------------------
     def host_register(self, ptr: int, size: int, flags: int) -> int:
         driver = self.driver
         if driver.env_failing or driver.sticky_error:   # the hot path skips the method call
@@ -169,8 +171,9 @@ class FakeRuntime:
             ptr = driver.space.reserve(size, name=f"cudaHostAlloc({size})", kind="host_alloc")
         with driver.lock:
             seq = driver.seq = driver.seq + 1
-            # Default flags still map on UVA systems (spec §2.1), and cudaHostGetFlags
-            # reports DEVICEMAP implicitly (spec §4, lupine #437).
+            # Default flags still map on UVA systems (docs/cuda-runtime.md §2.1), and
+            # cudaHostGetFlags
+            # reports DEVICEMAP implicitly (docs/cuda-runtime.md §4, lupine #437).
             driver.pinned.add(Pinned(ptr, size, flags | REGISTER_MAPPED, "host_alloc", 0, seq,
                                      driver.alias_for(ptr, size)))
         return 0, ptr
@@ -218,7 +221,7 @@ class FakeRuntime:
             return self._fail(E.INVALID_VALUE)
         return 0
 
-    # -- pointer queries (spec §4) -----------------------------------------------------
+    # -- pointer queries (docs/cuda-runtime.md §4) -------------------------------------------------
     def pointer_get_attributes(self, ptr: int) -> tuple[int, PointerAttributes | None]:
         init = self._init_error()
         if init:
@@ -229,7 +232,8 @@ class FakeRuntime:
             return 0, PointerAttributes(MEMTYPE_DEVICE, dev_alloc.device, ptr, 0)
         entry = driver.pinned.containing(ptr)
         if entry is None:
-            # since CUDA 11: success with type Unregistered, hostPointer set (spec §4)
+            # since CUDA 11: success with type Unregistered, hostPointer set (docs/cuda-runtime.md
+            # §4)
             return 0, PointerAttributes(MEMTYPE_UNREGISTERED,
                                         driver.profile.unregistered_pointer_device, 0, ptr)
         off = ptr - entry.base
@@ -242,10 +246,11 @@ class FakeRuntime:
         init = self._init_error()
         if init:
             return init, None
-        if flags != 0:                                   # spec §4: flags must be 0
+        if flags != 0:                                   # docs/cuda-runtime.md §4: flags must be 0
             return self._fail(E.INVALID_VALUE), None
         entry = self.driver.pinned.containing(ptr)
-        if entry is None:                                # spec §4: unregistered -> 1 [INF]
+        # docs/cuda-runtime.md §4: unregistered -> 1 [INF]
+        if entry is None:
             return self._fail(E.INVALID_VALUE), None
         return 0, entry.alias + (ptr - entry.base)
 
@@ -258,7 +263,7 @@ class FakeRuntime:
             return self._fail(E.INVALID_VALUE), None
         if entry.kind == "register" and \
                 self.driver.profile.host_get_flags_on_registered == "invalid":
-            return self._fail(E.INVALID_VALUE), None     # spec §4 [UNC]
+            return self._fail(E.INVALID_VALUE), None     # docs/cuda-runtime.md §4 [UNC]
         return 0, entry.flags
 
     # -- streams --------------------------------------------------------------------------
@@ -294,7 +299,7 @@ class FakeRuntime:
     def _stream_ok(self, stream: int) -> bool:
         return stream in (0, STREAM_LEGACY, STREAM_PER_THREAD) or stream in self.driver.streams
 
-    # -- copies (spec §5) -------------------------------------------------------------------
+    # -- copies (docs/cuda-runtime.md §5) ----------------------------------------------------------
     def memcpy_async(self, dst: int, src: int, count: int, kind: int, stream: int) -> int:
         init = self._init_error()
         if init:
@@ -316,13 +321,14 @@ class FakeRuntime:
                            sizes: Sequence[int] | np.ndarray, count: int,
                            attrs_access_orders: Sequence[int], attrs_idxs: Sequence[int],
                            num_attrs: int, stream: int) -> tuple[int, int]:
-        """The C-level rules of cudaMemcpyBatchAsync (spec §5.3); returns (code, failIdx)."""
+        """The C-level rules of cudaMemcpyBatchAsync (docs/cuda-runtime.md §5.3); returns (code,
+        failIdx)."""
         size_max = self.driver.profile.batch_fail_idx_unspecific
         init = self._init_error()
         if init:
             return init, size_max
         p = self.driver.profile
-        if p.driver_version < p.batch_min_driver:        # 12.8+ driver (spec §5.3)
+        if p.driver_version < p.batch_min_driver:        # 12.8+ driver (docs/cuda-runtime.md §5.3)
             return self._fail(E.CALL_REQUIRES_NEWER_DRIVER), size_max
         self.last_copy_fault = None
         if count == 0 or num_attrs == 0 or num_attrs > count:

@@ -5,7 +5,7 @@ sparse arrays 112, memory pools 115, ...); an InvalidValue for a valid attribute
 "unsupported" and sets the last error. So every member of ``cudaDeviceAttr`` has an answer
 here (``data/device_attributes.tsv``): a value labelled [DOC] (NVIDIA's compute-capability
 tables and device documentation, named in the source column) or [INF], the profile field
-it follows (91, 99, 113: spec cuda-runtime.md §2.1, §4), or "unsupported" for the reserved
+it follows (91, 99, 113: docs/cuda-runtime.md §2.1, §4), or "unsupported" for the reserved
 members, which the driver rejects with cudaErrorInvalidValue [INF]. A profile may override
 single values (``DeviceProfile.attribute_overrides``), e.g. with what the real-hardware tier
 recorded.

@@ -1,9 +1,10 @@
 """The ``cuda.bindings.driver`` face: cuMemHostRegister and friends over the fake driver.
 
 Some registration code goes through the driver API because it leaves the runtime's
-last-error state alone (spec/cuda-runtime.md §6, local-inference-lab/vllm PR #217). This face
+last-error state alone (docs/cuda-runtime.md §6, local-inference-lab/vllm PR #217). This face
 shares the :class:`~kvreg.fakes.cuda_driver.FakeDriver` with the runtime faces, so a range
-registered here is registered for torch and cuda-python too (712 on a duplicate, spec §6
+registered here is registered for torch and cuda-python too (712 on a duplicate,
+docs/cuda-runtime.md §6
 [INF]), and it has no last-error slot at all. Conventions are the binding's: tuple returns
 ``(CUresult, outputs...)`` with None outputs on error, ``CUresult`` enums, ``CUdeviceptr``
 for device addresses. ``dir()`` lists every name of the real module; the calls below are
@@ -60,7 +61,8 @@ DRIVER_POINTS: dict[str, frozenset[int] | None] = {
 }
 register_points(DRIVER_POINTS)
 
-# cudaHostRegister is a thin wrapper of its driver twin (spec §2.1): a fault plan written
+# cudaHostRegister is a thin wrapper of its driver twin (docs/cuda-runtime.md §2.1): a fault plan
+# written
 # for the runtime point also fails the driver call, unless the plan names cudriver points
 RUNTIME_TWINS = {"cuMemHostRegister": "cudart.cudaHostRegister",
                  "cuMemHostUnregister": "cudart.cudaHostUnregister"}
@@ -171,7 +173,7 @@ class CudaDriverFace(types.ModuleType):
 
     # -- initialisation and devices -------------------------------------------------------
     def cuInit(self, Flags: Any) -> tuple[Any]:
-        """Flags must be 0; no GPU -> 100, stub library -> 34 (spec §2.2, §11.4)."""
+        """Flags must be 0; no GPU -> 100, stub library -> 34 (docs/cuda-runtime.md §2.2, §11.4)."""
         flags = unsigned_arg(Flags, _U32, "unsigned int")
         env = self._kvreg_driver.profile.env
         if env == "no_driver":
@@ -218,7 +220,7 @@ class CudaDriverFace(types.ModuleType):
         return self._r(0), member.name.encode()
 
     def cuGetErrorString(self, error: Any) -> tuple[Any, bytes | None]:
-        """The error text (the runtime's strings for the shared codes, spec §1)."""
+        """The error text (the runtime's strings for the shared codes, docs/cuda-runtime.md §1)."""
         self._ready_for_strings()
         try:
             self.CUresult(int(error))
@@ -230,7 +232,7 @@ class CudaDriverFace(types.ModuleType):
         if self._kvreg_driver.profile.env == "no_driver":
             self._ready()
 
-    # -- registration (spec §2, §3, §6) -----------------------------------------------------
+    # -- registration (docs/cuda-runtime.md §2, §3, §6) --------------------------------------------
     def cuMemHostRegister(self, p: Any, bytesize: Any, Flags: Any) -> tuple[Any]:
         """The runtime's rules (712, 1, 2, 801, 800) at driver level; no last-error slot."""
         ptr = pointer_arg(p)
@@ -242,7 +244,7 @@ class CudaDriverFace(types.ModuleType):
         return (self._r(self._kvreg_driver.host_register(ptr, size, flags)),)
 
     def cuMemHostUnregister(self, p: Any) -> tuple[Any]:
-        """Exact base -> 0; interior -> 1; unknown or twice -> 713 (spec §3)."""
+        """Exact base -> 0; interior -> 1; unknown or twice -> 713 (docs/cuda-runtime.md §3)."""
         ptr = pointer_arg(p)
         code = self._ready()
         if code:
@@ -250,7 +252,7 @@ class CudaDriverFace(types.ModuleType):
         return (self._r(self._kvreg_driver.host_unregister(ptr)),)
 
     def cuMemHostGetFlags(self, p: Any) -> tuple[Any, int | None]:
-        """Flags of pinned memory; registered memory per profile [UNC] (spec §4)."""
+        """Flags of pinned memory; registered memory per profile [UNC] (docs/cuda-runtime.md §4)."""
         ptr = pointer_arg(p)
         code = self._ready()
         if code:

@@ -1,8 +1,9 @@
 """The CUDA runtime error table: one source for codes, names and strings.
 
-Values, names and texts follow spec/cuda-runtime.md §1 ([DOC] + [OBS-local]); a conformance
+Values, names and texts follow docs/cuda-runtime.md §1 ([DOC] + [OBS-local]); a conformance
 test checks them against ``cuda.bindings.runtime.cudaError_t`` when it is installed. The
-per-API sets say which codes each API can really return (spec §2.1, §3, §4, §5), so a fault
+per-API sets say which codes each API can really return (docs/cuda-runtime.md §2.1, §3, §4, §5), so
+a fault
 plan cannot make ``cudaHostUnregister`` fail with "out of memory".
 """
 
@@ -70,7 +71,7 @@ ERRORS: dict[int, tuple[str, str]] = {
     999: ("cudaErrorUnknown", "unknown error"),
 }
 
-UNRECOGNIZED = "unrecognized error code"  # spec §1, last row [OBS-local]
+UNRECOGNIZED = "unrecognized error code"  # docs/cuda-runtime.md §1, last row [OBS-local]
 
 
 def _load_full_table() -> dict[int, tuple[str, str]]:
@@ -111,10 +112,10 @@ NOT_PERMITTED = 800
 NOT_SUPPORTED = 801
 UNKNOWN = 999
 
-# Any call that initialises the runtime may return these (spec §2.1, \note_init_rt).
+# Any call that initialises the runtime may return these (docs/cuda-runtime.md §2.1, \note_init_rt).
 INIT_ERRORS: frozenset[int] = frozenset({INITIALIZATION_ERROR, INSUFFICIENT_DRIVER, NO_DEVICE})
 
-# Documented return sets per API (spec §2.1, §3, §4, §5.3), plus the init errors.
+# Documented return sets per API (docs/cuda-runtime.md §2.1, §3, §4, §5.3), plus the init errors.
 _API_DOC: dict[str, Iterable[int]] = {
     "cudaHostRegister": (
         INVALID_VALUE, MEMORY_ALLOCATION, HOST_MEMORY_ALREADY_REGISTERED, NOT_SUPPORTED,
@@ -159,12 +160,16 @@ class CudaErrorInfo:
 
 
 def error_name(code: int) -> str:
-    """``cudaGetErrorName``: the enum name, or "unrecognized error code" (spec §1)."""
+    """``cudaGetErrorName``: the enum name, or "unrecognized error code".
+
+    See docs/cuda-runtime.md §1.
+    """
     return ERRORS.get(int(code), (UNRECOGNIZED, UNRECOGNIZED))[0]
 
 
 def error_string(code: int) -> str:
-    """``cudaGetErrorString``: libcudart 13.0's text, or "unrecognized error code" (spec §1)."""
+    """``cudaGetErrorString``: libcudart 13.0's text, or "unrecognized error code" (docs/cuda-
+    runtime.md §1)."""
     return ERRORS.get(int(code), (UNRECOGNIZED, UNRECOGNIZED))[1]
 
 

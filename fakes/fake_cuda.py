@@ -6,7 +6,7 @@ This is what tests and the ``fake_cudart`` fixture hold. Under ``fake.patch()``,
 ``ctypes.CDLL("libcudart.so...")`` gives ``fake.load_libcudart(name)``. Every door is
 recorded and fault-injected by one :class:`~kvreg.fakes.recorder.Intercepted` layer, sharing
 one trace and one plan; each runtime instance (torch's, cuda-bindings', the ctypes-loaded
-libcudart) keeps its own last-error slot over the one driver (spec/cuda-runtime.md §6).
+libcudart) keeps its own last-error slot over the one driver (docs/cuda-runtime.md §6).
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ class FakeCuda:
         self.trace = Trace()
         self.trace.describe_ptr = self.space.describe
         self.faults = FaultPlan()
-        # two runtime instances over one driver: torch's libcudart and cuda-bindings' (spec §6)
+        # two runtime instances over one driver: torch's libcudart and cuda-bindings' (docs/cuda-
+        # runtime.md §6)
         self.torch_runtime = FakeRuntime(self.driver, "torch")
         self.cuda_runtime = FakeRuntime(self.driver, "cuda-bindings",
                                         self.profile.bindings_runtime_version)
@@ -70,7 +71,8 @@ class FakeCuda:
             trace=self.trace, plan=self.faults, resolve=self._resolve, outputs=OUTPUTS,
             on_injected=self.cuda_runtime.set_last_error)
         # libcudart loaded through ctypes: its own runtime instance and last-error slot
-        # (spec §6); torch's bundled libcudart-<hash>.so loaded that way is torch's instance
+        # (docs/cuda-runtime.md §6); torch's bundled libcudart-<hash>.so loaded that way is torch's
+        # instance
         self.libcudart_runtime = FakeRuntime(self.driver, "libcudart",
                                              self.profile.runtime_version)
         self._ctypes_faces = {
@@ -78,7 +80,7 @@ class FakeCuda:
                 CtypesCudartFace(runtime), face="ctypes", trace=self.trace, plan=self.faults,
                 resolve=self._resolve, on_injected=runtime.set_last_error))
             for runtime in (self.libcudart_runtime, self.torch_runtime)}
-        # the driver API: same registrations, no last-error slot (spec §6)
+        # the driver API: same registrations, no last-error slot (docs/cuda-runtime.md §6)
         self.driver_api: Any = Intercepted(
             CudaDriverFace(self.driver, use_real_types=use_real_types), face="driver",
             family="cudriver", prefix="cu", trace=self.trace, plan=self.faults,

@@ -1,7 +1,7 @@
 """Fault plans: named points, counted or seeded triggers, and actions that stay realistic.
 
 Points are ``family.api`` names (``cudart.cudaHostRegister``) with ``*`` groups
-(``cudart.*``, ``*``), after libfiu and fail-rs (spec/anchors.md §8, §9.5). A rule fires on
+(``cudart.*``, ``*``), after libfiu and fail-rs. A rule fires on
 the nth matching call, after N calls, K times, when a predicate on the arguments holds, or
 with a probability that **requires** a seed, so every run can be repeated. An injected error
 code must be one the API can really return (``errors.API_ERRORS``): a plan that makes

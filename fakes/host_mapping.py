@@ -1,6 +1,6 @@
 """Is a host range mapped memory? The check behind "range not fully mapped" -> 1.
 
-spec/cuda-runtime.md §2.2 [OBS-ext]: registering a range that is not fully mapped in the
+docs/cuda-runtime.md §2.2 [OBS-ext]: registering a range that is not fully mapped in the
 process gives cudaErrorInvalidValue (HIP test "invalid memory size"), and so does an address
 inside CUDA's reserved VA (openucx/ucx #8827, MAP_FIXED at 0xff0000000). The answer comes
 from where the range lives:

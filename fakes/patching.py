@@ -37,7 +37,7 @@ def patch_attr(obj: Any, name: str, value: Any) -> Iterator[None]:
             setattr(obj, name, old)
 
 
-# what a CUDA build of torch raises from torch.cuda.cudart() -> _lazy_init (spec §7)
+# what a CUDA build of torch raises from torch.cuda.cudart() -> _lazy_init (docs/cuda-runtime.md §7)
 _TORCH_INIT_ERRORS = {
     "no_driver": "Found no NVIDIA driver on your system. Please check that you have an NVIDIA "
                  "GPU and installed a driver from http://www.nvidia.com/Download/index.aspx",
@@ -119,7 +119,8 @@ def patch_cuda_bindings(face: Any, *, legacy: bool = False,
             stack.enter_context(patch_attr(cuda_pkg, "bindings", bindings_pkg))
         stack.enter_context(_sys_module("cuda.bindings.runtime", face))
         stack.enter_context(patch_attr(bindings_pkg, "runtime", face))
-        if driver is not None:   # ``from cuda.bindings import driver`` (spec §6 workaround)
+        # ``from cuda.bindings import driver`` (docs/cuda-runtime.md §6 workaround)
+        if driver is not None:
             stack.enter_context(_sys_module("cuda.bindings.driver", driver))
             stack.enter_context(patch_attr(bindings_pkg, "driver", driver))
         if legacy:

@@ -1,6 +1,6 @@
 """Device profiles: the driver facts and the unsettled ([UNC]) behaviours, by name.
 
-Every behaviour spec/cuda-runtime.md marks [UNC] is a field here with a documented default,
+Every behaviour docs/cuda-runtime.md marks [UNC] is a field here with a documented default,
 so a test can pin the choice it relies on and the real-hardware tier can replace the
 defaults with what a machine really did (``DeviceProfile.from_dict``).
 """
@@ -14,7 +14,8 @@ from typing import Any, Literal
 __all__ = ["PROFILES", "DeviceProfile", "get_profile"]
 
 GiB = 1 << 30
-PER_CALL_CEILING_R580 = 512 * GiB  # spec §2.2: 2^39 bytes or more -> 2 on R580+ [OBS-ext]
+# docs/cuda-runtime.md §2.2: 2^39 bytes or more -> 2 on R580+ [OBS-ext]
+PER_CALL_CEILING_R580 = 512 * GiB
 
 EnvMode = Literal["ok", "no_driver", "no_gpu", "stub"]
 
@@ -26,7 +27,7 @@ class DeviceProfile:
     name: str = "h200-r580"
     description: str = "H200 on an R580+ driver (CUDA 13), x86-64 Linux with UVA"
     # environment: "no_driver" -> 35, "no_gpu" -> 100, "stub" -> 34 from every call
-    # (spec §2.2, §11.4)
+    # (docs/cuda-runtime.md §2.2, §11.4)
     env: EnvMode = "ok"
     device_count: int = 1
     device_name: str = "NVIDIA H200"
@@ -37,52 +38,67 @@ class DeviceProfile:
     attribute_overrides: dict[int, int | None] = field(default_factory=dict)
     total_memory: int = 143_771_942_912
     driver_version: int = 13000
-    # Each runtime instance reports its own version (spec §6, §9): torch's bundled libcudart
-    # and the system libcudart (13.0 -> 13000, spec §2.2 [OBS-local]) ...
+    # Each runtime instance reports its own version (docs/cuda-runtime.md §6, §9): torch's bundled
+    # libcudart
+    # and the system libcudart (13.0 -> 13000, docs/cuda-runtime.md §2.2 [OBS-local]) ...
     runtime_version: int = 13000
     # ... and the runtime cuda-bindings links statically: 13050 for cuda-bindings 13.5.0,
-    # 13040 for 13.4.4, 12090 for 12.9.x (spec §6, §9 [OBS-local])
+    # 13040 for 13.4.4, 12090 for 12.9.x (docs/cuda-runtime.md §6, §9 [OBS-local])
     bindings_runtime_version: int = 13050
-    # spec §2.2: a single call of 512 GiB or more fails with 2 on R580+; None = no ceiling (575-)
+    # docs/cuda-runtime.md §2.2: a single call of 512 GiB or more fails with 2 on R580+; None = no
+    # ceiling (575-)
     per_call_limit: int | None = PER_CALL_CEILING_R580
-    # spec §2.2 "Address inside CUDA's reserved VA (for example MAP_FIXED at 0xff0000000)"
+    # docs/cuda-runtime.md §2.2 "Address inside CUDA's reserved VA (for example MAP_FIXED at
+    # 0xff0000000)"
     # -> 1 [OBS-ext] ucx #8827. The extent of the reservation is [UNC]: the default covers
     # the documented example (8 GiB up to 64 GiB); the real-hardware tier can replace it.
     reserved_va: tuple[tuple[int, int], ...] = ((0x2_0000_0000, 0x10_0000_0000),)
-    # spec §2.1: cudaDevAttrHostRegisterSupported (99)
+    # docs/cuda-runtime.md §2.1: cudaDevAttrHostRegisterSupported (99)
     host_register_supported: bool = True
-    # spec §2.1: cudaDevAttrHostRegisterReadOnlySupported (113); without it ReadOnly -> 801.
+    # docs/cuda-runtime.md §2.1: cudaDevAttrHostRegisterReadOnlySupported (113); without it ReadOnly
+    # -> 801.
     # The attribute's value per device is not in the spec; the real tier records it.
     read_only_supported: bool = False
-    # spec §2.1 / §4: cudaDevAttrCanUseHostPointerForRegisteredMem (91): alias == host VA
+    # docs/cuda-runtime.md §2.1 / §4: cudaDevAttrCanUseHostPointerForRegisteredMem (91): alias ==
+    # host VA
     can_use_host_pointer_for_registered_mem: bool = True
-    # IoMemory flag: the driver doc allows NOT_PERMITTED for unprivileged users (spec §2.1)
+    # IoMemory flag: the driver doc allows NOT_PERMITTED for unprivileged users (docs/cuda-
+    # runtime.md §2.1)
     io_memory_permitted: bool = False
-    # [UNC] spec §2.2 row "byte-disjoint but same 4 KiB page": observed to succeed, so the
+    # [UNC] docs/cuda-runtime.md §2.2 row "byte-disjoint but same 4 KiB page": observed to succeed,
+    # so the
     # overlap check is per byte ("byte"); "page" makes it per 4 KiB page (-> 712).
     overlap_granularity: Literal["byte", "page"] = "byte"
-    # [UNC] spec §5.4: a copy spanning two adjacent, separate registrations. The conservative
-    # default is to reject it with 1 (spec §11.3); "allow" treats it as pinned.
+    # [UNC] docs/cuda-runtime.md §5.4: a copy spanning two adjacent, separate registrations. The
+    # conservative
+    # default is to reject it with 1 (docs/cuda-runtime.md §11.3); "allow" treats it as pinned.
     copy_across_registrations: Literal["reject", "allow"] = "reject"
-    # [UNC] spec §2.2: registering memory from cudaHostAlloc "reports an error", probably 712.
+    # [UNC] docs/cuda-runtime.md §2.2: registering memory from cudaHostAlloc "reports an error",
+    # probably 712.
     register_host_alloc_code: int = 712
-    # [UNC] spec §3: cudaHostUnregister(NULL) gives InvalidValue or 713.
+    # [UNC] docs/cuda-runtime.md §3: cudaHostUnregister(NULL) gives InvalidValue or 713.
     unregister_null_code: int = 1
-    # [UNC] spec §4: cudaHostGetFlags on cudaHostRegister'd memory: the registration flags
+    # [UNC] docs/cuda-runtime.md §4: cudaHostGetFlags on cudaHostRegister'd memory: the registration
+    # flags
     # ("flags") or InvalidValue ("invalid", the documented wording).
     host_get_flags_on_registered: Literal["flags", "invalid"] = "invalid"
-    # [UNC] spec §4: for an interior address, hostPointer/devicePointer report the queried
+    # [UNC] docs/cuda-runtime.md §4: for an interior address, hostPointer/devicePointer report the
+    # queried
     # address ("queried", the [INF] reading) or the registration base ("base").
     pointer_attributes_interior: Literal["queried", "base"] = "queried"
-    # [UNC] spec §4: the `device` reported for unregistered memory (cudaInvalidDeviceId = -2).
+    # [UNC] docs/cuda-runtime.md §4: the `device` reported for unregistered memory
+    # (cudaInvalidDeviceId = -2).
     unregistered_pointer_device: int = -2
-    # spec §5.3: what failIdx holds when the batch error names no copy (SIZE_MAX) [DOC]
+    # docs/cuda-runtime.md §5.3: what failIdx holds when the batch error names no copy (SIZE_MAX)
+    # [DOC]
     batch_fail_idx_unspecific: int = (1 << 64) - 1
-    # spec §5.3: cudaMemcpyBatchAsync needs a 12.8+ driver (36 below that) [DOC]
+    # docs/cuda-runtime.md §5.3: cudaMemcpyBatchAsync needs a 12.8+ driver (36 below that) [DOC]
     batch_min_driver: int = 12080
-    # spec §9 / §5.3: the cuda-python return arity of cudaMemcpyBatchAsync: 12 -> (err, failIdx)
+    # docs/cuda-runtime.md §9 / §5.3: the cuda-python return arity of cudaMemcpyBatchAsync: 12 ->
+    # (err, failIdx)
     bindings_major: int = 13
-    # spec §10 / §2.3: ~0.1 s per GB for prefaulted memory; used only by the optional delay mode
+    # docs/cuda-runtime.md §10 / §2.3: ~0.1 s per GB for prefaulted memory; used only by the
+    # optional delay mode
     seconds_per_gib_registered: float = 0.1
     notes: dict[str, str] = field(default_factory=dict)
 

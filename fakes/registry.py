@@ -1,6 +1,6 @@
 """The driver's table of pinned host ranges, with byte-exact overlap rules.
 
-Registrations are kept exactly as the caller passed them (spec/cuda-runtime.md §11.1): a
+Registrations are kept exactly as the caller passed them (docs/cuda-runtime.md §11.1): a
 ``SortedBases`` set for the overlap check (cheap inserts, deletes and predecessor queries
 anywhere, so a teardown of 100 000 chunks in any order stays cheap) and a dict for
 exact-base lookups. Copy
@@ -20,7 +20,7 @@ __all__ = ["MIXED", "PAGEABLE", "PINNED", "SPANS", "Pinned", "PinnedRegistry"]
 
 PAGE = 4096
 
-# classification of a host range against the pinned ranges (spec §5.1, §5.4)
+# classification of a host range against the pinned ranges (docs/cuda-runtime.md §5.1, §5.4)
 PAGEABLE = 0   # touches no pinned range: the staged (pageable) path
 PINNED = 1     # wholly inside one pinned range: the DMA path
 SPANS = 2      # wholly pinned, but by two or more adjacent, separate ranges [UNC]

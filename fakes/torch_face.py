@@ -1,6 +1,6 @@
 """The ``torch.cuda.cudart()`` face: a stand-in for torch's pybind11 ``torch._C._cudart``.
 
-Exact to the original (spec/cuda-runtime.md §7): results are a pybind11-style enum that
+Exact to the original (docs/cuda-runtime.md §7): results are a pybind11-style enum that
 compares equal to ints, is **always truthy** (``if err:`` is a bug the fake must not hide),
 prints unnamed codes as ``cudaError.???``, and is not an int subclass. Arguments are
 converted as pybind11 does: negative ints, ints of 2**64 or more, floats and None raise
@@ -34,7 +34,10 @@ class _CudaErrorMeta(type):
 
 
 class TorchCudaError(metaclass=_CudaErrorMeta):
-    """``torch._C._cudart.cudaError``: only ``success`` is a named member (spec §7)."""
+    """``torch._C._cudart.cudaError``: only ``success`` is a named member.
+
+    See docs/cuda-runtime.md §7.
+    """
 
     __slots__ = ("_value",)
     _value: int
@@ -146,7 +149,7 @@ class TorchCudartFace(types.ModuleType):
         return TorchCudaError(self._kvreg_runtime.host_unregister(p))
 
     def cudaGetErrorString(self, err: Any) -> str:
-        if not isinstance(err, TorchCudaError):   # a plain int raises (spec §7)
+        if not isinstance(err, TorchCudaError):   # a plain int raises (docs/cuda-runtime.md §7)
             raise TypeError(
                 "cudaGetErrorString(): incompatible function arguments. The following argument "
                 f"types are supported:\n    1. (arg0: {_MODULE}.cudaError) -> str\n\n"
@@ -172,7 +175,7 @@ class TorchCudartFace(types.ModuleType):
     def cudaMemGetInfo(self, device: Any) -> tuple[int, int]:
         (dev,) = _convert("cudaMemGetInfo", "(arg0: int) -> tuple[int, int]", (device,), (_U32,))
         code, free, total = self._kvreg_runtime.mem_get_info(dev)
-        if code:   # C10_CUDA_CHECK raises (spec §7)
+        if code:   # C10_CUDA_CHECK raises (docs/cuda-runtime.md §7)
             raise RuntimeError(f"CUDA error: {E.error_string(code)}")
         assert free is not None and total is not None
         return free, total

@@ -14,6 +14,7 @@ from kvreg.harness.pytest.plugin import (
     fake_mooncake,
     fake_verbs,
     kvreg_faults,
+    kvreg_mooncake_store,
     kvreg_pool,
     pytest_addoption,
     pytest_configure,
@@ -23,5 +24,6 @@ from kvreg.harness.pytest.plugin import (
 )
 
 __all__ = ["MARKERS", "PoolFactory", "PoolHandle", "fake_cudart", "fake_mooncake", "fake_verbs",
-           "kvreg_faults", "kvreg_pool", "pytest_addoption", "pytest_configure",
+           "kvreg_faults", "kvreg_mooncake_store", "kvreg_pool", "pytest_addoption",
+           "pytest_configure",
            "pytest_report_header", "pytest_runtest_call", "pytest_runtest_setup"]

@@ -263,7 +263,7 @@ class RealCuda:
     def torch_next_op(self) -> str:
         """Run one tiny CUDA op through torch and say whether it raised.
 
-        spec cuda-runtime.md §6: a failed cudaHostRegister leaves its error pending in
+        docs/cuda-runtime.md §6: a failed cudaHostRegister leaves its error pending in
         torch's runtime, and the next kernel-launch check reports it against an unrelated
         op. Probes call this after a deliberate torch-side failure to record whether that
         happens on this machine (and to drain the pending error before later probes).

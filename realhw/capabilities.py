@@ -1,13 +1,13 @@
 """What this machine offers the real-hardware tier, and exactly what is missing when it can't run.
 
 A hardware test that skips must say *why* in terms an operator can act on: "no NVIDIA
-driver (35)" and "no GPU visible (100)" need different fixes (spec cuda-runtime.md §2.2:
+driver (35)" and "no GPU visible (100)" need different fixes (docs/cuda-runtime.md §2.2:
 cuda-bindings returns 35 from every call without ``libcuda.so``, 100 with a driver and no
 visible GPU). :func:`detect` gathers the facts once — versions, the device attributes the
 fake's :class:`~kvreg.fakes.profile.DeviceProfile` mirrors (91, 99, 113), host memory, the
 RDMA NICs with their ``max_mr_size`` — and :meth:`Capabilities.missing_reason` turns them
 into one sentence. :func:`profile_for` feeds the facts into the fake, so a differential
-run compares like with like (spec anchors.md §9.3: emulate a declared real version).
+run compares like with like (it emulates a declared real version).
 
 Everything is imported lazily: this module loads on a machine with no CUDA and no pyverbs.
 """
@@ -28,7 +28,7 @@ from .memory import available_memory, memlock_limit
 
 __all__ = ["ATTRIBUTES", "Capabilities", "NicInfo", "detect", "detect_nics", "profile_for"]
 
-# cudaDeviceAttr values the tier reads (spec §2.1, §4) -> Capabilities field
+# cudaDeviceAttr values the tier reads (docs/cuda-runtime.md §2.1, §4) -> Capabilities field
 ATTRIBUTES: dict[int, str] = {
     91: "can_use_host_pointer_for_registered_mem",
     99: "host_register_supported",
@@ -69,7 +69,7 @@ class Capabilities:
     torch: str | None = None                  # torch version; None when not installed
     torch_cuda: str | None = None             # torch.version.cuda; None on a CPU build
     runtime_version: int | None = None
-    driver_version: int | None = None         # 0 without a driver (spec §2.2)
+    driver_version: int | None = None         # 0 without a driver (docs/cuda-runtime.md §2.2)
     driver_release: str | None = None         # e.g. "580.65.06" from /proc/driver/nvidia
     device_count_code: int | None = None      # cudaGetDeviceCount's code: 0, 35, 100, ...
     device_count: int = 0
@@ -308,7 +308,7 @@ def profile_for(caps: Capabilities, base: DeviceProfile | None = None) -> Device
             changes[name] = value
     if caps.runtime_version is not None:
         # measured through cuda-python: the version of the runtime cuda-bindings links
-        # statically (spec §6), not torch's bundled one
+        # statically (docs/cuda-runtime.md §6), not torch's bundled one
         changes["bindings_runtime_version"] = caps.runtime_version
     if caps.device_memory is not None:
         changes["total_memory"] = caps.device_memory

@@ -19,8 +19,8 @@ __all__ = ["CudaProbeContext", "code_of"]
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 PAGE = 4096            # the 4 KiB page of the spec's same-page rows
-SPLIT = 2 * MiB        # spec §5.4: [base, base+2 MiB) and [base+2 MiB, base+4 MiB)
-CEILING = 512 * GiB    # spec §2.2: the R580+ per-call ceiling
+SPLIT = 2 * MiB        # docs/cuda-runtime.md §5.4: [base, base+2 MiB) and [base+2 MiB, base+4 MiB)
+CEILING = 512 * GiB    # docs/cuda-runtime.md §2.2: the R580+ per-call ceiling
 
 
 def code_of(result: Any) -> int:
@@ -121,7 +121,7 @@ class CudaProbeContext:
         attr.srcAccessOrder = self.rt.cudaMemcpySrcAccessOrder(order)
         res = self.rt.cudaMemcpyBatchAsync(dsts, srcs, sizes, len(sizes), [attr], [0], 1,
                                            stream)
-        if len(res) > 1:       # 12.x bindings: failIdx, None on error (spec §5.3)
+        if len(res) > 1:       # 12.x bindings: failIdx, None on error (docs/cuda-runtime.md §5.3)
             self.details["fail_idx"] = res[1]
         return code_of(res)
 

@@ -1,6 +1,6 @@
 """Known, accepted differences between the fake and real hardware, each with its reason.
 
-A fidelity disagreement has two honest endings (spec anchors.md §9.8, §9.10): the fake is
+A fidelity disagreement has two honest endings: the fake is
 fixed — for an [UNC] behaviour that means the real run settles a ``DeviceProfile`` field,
 see ``profile_from_report`` — or the difference is kept on purpose and written down here.
 An entry names the probe it covers (None for a gap no probe can observe), the spec row, why
@@ -68,41 +68,42 @@ def _copy_apis_differ(context: Context) -> bool:
 
 DIVERGENCES: tuple[Divergence, ...] = (
     Divergence(
-        "verbs-memlock-privileged", "mr_memlock", "mooncake-verbs.md §5.2 (RLIMIT_MEMLOCK row)",
+        "verbs-memlock-privileged", "mr_memlock",
+        "docs/mooncake-verbs.md §5.2 (RLIMIT_MEMLOCK row)",
         "The fake node models an unprivileged process. A process with CAP_IPC_LOCK (root in "
         "most containers) is not limited by RLIMIT_MEMLOCK, so the real MR succeeds where the "
         "fake says ENOMEM. Deployments run unprivileged, where the fake's answer holds.",
         keys=("errno",), when=_privileged),
     Divergence(
-        "cuda-memlock-not-modelled", "memlock", "cuda-runtime.md §12.9 [INF]",
+        "cuda-memlock-not-modelled", "memlock", "docs/cuda-runtime.md §12.9 [INF]",
         "The fake CUDA driver does not read RLIMIT_MEMLOCK (the spec expects the driver to "
         "ignore it). If the real driver enforces it, a registration above the limit fails on "
         "the machine and succeeds on the fake: size pools to `ulimit -l` on such machines.",
         keys=("register", "unregister"), when=_real_failed("register")),
     Divergence(
         "grace-unregistered-device-pointer", "pointer_attributes_malloc",
-        "cuda-runtime.md §4 (Grace-Hopper devicePointer)",
+        "docs/cuda-runtime.md §4 (Grace-Hopper devicePointer)",
         "On Grace-class systems (ATS) the devicePointer of plain host memory is usable; the "
         "fake models x86, where it is NULL. No registration rule depends on it.",
         keys=("dev",), when=_aarch64),
     Divergence(
-        "copy-across-one-switch", "copy_across_async", "cuda-runtime.md §5.4 [UNC]",
+        "copy-across-one-switch", "copy_across_async", "docs/cuda-runtime.md §5.4 [UNC]",
         "DeviceProfile.copy_across_registrations is one switch for both copy APIs; when the "
         "hardware answers differently per API, the profile follows cudaMemcpyBatchAsync (the "
         "path KV-cache transfers use) and cudaMemcpyAsync disagrees.",
         keys=("copy", "sync"), when=_copy_apis_differ),
     Divergence(
-        "injected-fault-last-error", None, "cuda-runtime.md §6",
+        "injected-fault-last-error", None, "docs/cuda-runtime.md §6",
         "An injected fault is answered by the recorder before the real runtime is called, so "
         "on real hardware it does not land in the runtime's last-error slot (the fake puts it "
         "there). cudaGetLastError after an injected failure returns 0 on RealCuda."),
     Divergence(
-        "torch-last-error-unreadable", None, "cuda-runtime.md §6, §7",
+        "torch-last-error-unreadable", None, "docs/cuda-runtime.md §6, §7",
         "torch exposes no cudaGetLastError, so no probe can read torch's pending error "
         "directly; per_runtime_pending_error records, as a detail, whether the next torch "
         "op raises it."),
     Divergence(
-        "fake-copies-move-no-bytes", None, "cuda-runtime.md §5",
+        "fake-copies-move-no-bytes", None, "docs/cuda-runtime.md §5",
         "The fake validates copies (codes and failIdx) but its device memory is simulated, "
         "so no bytes move; probes compare codes only, never copied data."),
 )

@@ -1,6 +1,6 @@
 """Run every fidelity probe on the fake and, where it exists, on the hardware; judge each row.
 
-This is differential checking (spec anchors.md §9.2): the same probe on both backends, the
+This is differential checking: the same probe on both backends, the
 observations compared exactly. The fake runs with the machine's *measured* facts fed in
 (``profile_for``: versions, attributes 91/99/113) and the [UNC] switches at their defaults,
 so a disagreement points at a guess of the fake, not at a version mismatch. A

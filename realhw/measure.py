@@ -1,6 +1,6 @@
 """Registration throughput: one whole-buffer call, kvreg's reference, chunk sizes, threads.
 
-The questions come from the field (spec cuda-runtime.md §10, §12.10): pinning costs about
+The questions come from the field (docs/cuda-runtime.md §10, §12.10): pinning costs about
 0.1 s per GB, so how much does chunking cost against one call (design target: the
 reference within 10 % of it), which chunk size is best, and does registering chunks from
 several threads help or hurt (vLLM #42632 says it hurts)? Every number is measured on

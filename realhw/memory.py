@@ -2,7 +2,7 @@
 
 cudaHostRegister's cost is dominated by faulting in and pinning pages; a buffer whose pages
 were never touched measures the kernel's page allocator instead of the driver (spec
-cuda-runtime.md §12.10 asks for *prefaulted* memory). So buffers come from an anonymous
+docs/cuda-runtime.md §12.10 asks for *prefaulted* memory). So buffers come from an anonymous
 ``mmap`` (page-aligned, like the pools of vLLM and LMCache) and every page is written once
 before it is handed out. Nothing here imports CUDA.
 """
@@ -71,7 +71,8 @@ def memlock_limit() -> tuple[int | None, int | None]:
 def temporary_memlock(nbytes: int) -> Iterator[int]:
     """Lower the soft ``RLIMIT_MEMLOCK`` to ``nbytes`` for the block, then restore it.
 
-    This is the in-process form of ``ulimit -l`` (spec §12.9): an unprivileged process may
+    This is the in-process form of ``ulimit -l`` (docs/cuda-runtime.md §12.9): an unprivileged
+    process may
     lower its soft limit and raise it again up to the hard limit, so the probe can run
     without a shell. Yields the soft limit actually set (never above the hard limit).
     """

@@ -2,14 +2,14 @@
 
 A probe is written once against the backend interface (``CudaBackend`` for CUDA, a
 ``VerbsBackend`` for RDMA) and runs unchanged on ``FakeCuda(profile)`` and on ``RealCuda``.
-It records *codes and normalised values*, never message text or raw pointers (spec
-anchors.md §9.2: compare codes exactly, normalise what may legitimately differ), so two
+It records *codes and normalised values*, never message text or raw pointers (compare
+codes exactly, normalise what may legitimately differ), so two
 observations are equal exactly when the fake behaved like the machine. Each probe names
 the ``DeviceProfile`` field(s) it settles and says how an observation maps to a value:
 that mapping is what lets ``profile_from_report`` turn a real run into a profile.
 
-The probe bodies live in :mod:`.probes_cuda` (spec cuda-runtime.md §12, in order) and
-:mod:`.probes_rdma` (mooncake-verbs.md §5); this module holds the registry
+The probe bodies live in :mod:`.probes_cuda` (docs/cuda-runtime.md §12, in order) and
+:mod:`.probes_rdma` (docs/mooncake-verbs.md §5); this module holds the registry
 (:func:`all_probes`); the shared machinery is :mod:`.probe` (re-exported here).
 """
 

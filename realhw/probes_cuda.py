@@ -1,4 +1,4 @@
-"""The CUDA fidelity probes: spec cuda-runtime.md §12, items 1-9, plus the attribute rows.
+"""The CUDA fidelity probes: docs/cuda-runtime.md §12, items 1-9, plus the attribute rows.
 
 Every probe body takes a :class:`CudaProbeContext` and writes codes (ints) and normalised
 values into ``ctx.observation``. Pointers never appear there: an interior query reports
@@ -6,7 +6,7 @@ values into ``ctx.observation``. Pointers never appear there: an interior query 
 equal exactly when the fake behaved like the hardware, whatever addresses each one used.
 
 Probes run in the order listed. Those that leave torch's runtime with a pending error
-(spec §6) come last, so that error cannot land on an unrelated probe.
+(docs/cuda-runtime.md §6) come last, so that error cannot land on an unrelated probe.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The RDMA fidelity probes: ``ibv_reg_mr``'s errno rules and the MR-boundary completions.
 
-mooncake-verbs.md §5.2 gives the errno of each registration misuse and §5.3 the completion
+docs/mooncake-verbs.md §5.2 gives the errno of each registration misuse and §5.3 the completion
 status when an SGE or a remote range leaves its MR; the fake verbs model both. These probes
 ask the same questions of a real device (any with an ACTIVE port; Soft-RoCE is enough) and
 of a fake NIC declared like it (:meth:`~.verbs.FakeVerbs.like`). Observations are errnos

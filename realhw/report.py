@@ -5,7 +5,7 @@ probe, the verdicts, the settled profile values, the measurement); ``FIDELITY.md
 same report as tables — probe, fake, real, agree?, device, driver, date — followed by what
 each probe settles, the documented divergences and the throughput figures.
 :func:`profile_from_report` turns a real run back into a ``DeviceProfile``, so a fake run
-tomorrow emulates the machine measured today (spec anchors.md §9.3).
+tomorrow emulates the machine measured today.
 """
 
 from __future__ import annotations
@@ -140,7 +140,8 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     lines = [
         "# kvreg fidelity report", "",
         "Each probe asks the fake CUDA runtime / fake verbs and the real machine the same "
-        "question (spec cuda-runtime.md §12, mooncake-verbs.md §5) and compares the codes.",
+        "question (docs/cuda-runtime.md §12, docs/mooncake-verbs.md §5) and compares the "
+        "codes. The rows cite kvreg's behaviour reference (docs/ in kvreg's repository).",
         "", "| | |", "|---|---|",
         f"| date | {doc['created']} |",
         f"| machine | {_cell(m.get('describe'))} |",
@@ -164,13 +165,15 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         lines.append(f"| {row['name']} | {_cell(_obs(row['fake']))} | {_cell(_obs(row['real']))}"
                      f" | {_cell(_agree(row))} | {_cell(dev)} | {_cell(drv)} | {date} |")
     lines += ["", "## What each probe checks and settles", "",
-              "| probe | check | spec row | spec expects | settles |", "|---|---|---|---|---|"]
+              "| probe | check | documented row | documented expectation | settles |",
+              "|---|---|---|---|---|"]
     for row in doc["probes"]:
         settles = ", ".join(row["fields"]) or "—"
         got = row.get("settles") or {}
         if got:
             settles += " → " + ", ".join(f"{k}={v!r}" for k, v in got.items())
-        lines.append(f"| {row['name']} | {_cell(row.get('check', ''))} | {_cell(row['spec'])} "
+        lines.append(f"| {row['name']} | {_cell(cite(row['family'], row.get('check', '')))} | "
+                     f"{_cell(cite(row['family'], row['spec']))} "
                      f"| {_cell(row.get('expect', ''))} | {_cell(settles)} |")
     lines += ["", "## Settled profile", ""]
     if doc["settled"]:
@@ -182,7 +185,7 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         lines.append("Nothing settled: the real column did not run. The fake's [UNC] "
                      "switches keep their documented defaults.")
     lines += ["", "## Documented divergences", "",
-              "| name | probe | spec | reason |", "|---|---|---|---|"]
+              "| name | probe | documented row | reason |", "|---|---|---|---|"]
     for d in doc["divergences"]:
         lines.append(f"| {d['name']} | {d['probe'] or '(no probe)'} | {_cell(d['spec'])} | "
                      f"{_cell(d['reason'])} |")
@@ -199,11 +202,25 @@ def _rate(row: Mapping[str, Any] | None) -> str:
             f"{row['calls']} call{'s' if row['calls'] != 1 else ''})")
 
 
+DOC_PAGES = {"cuda": "docs/cuda-runtime.md", "rdma": "docs/mooncake-verbs.md"}
+
+
+def cite(family: str, text: str) -> str:
+    """A probe's section reference (``§2.2 ...``) as a citation of kvreg's docs page."""
+    if text.startswith("§") and family in DOC_PAGES:
+        return f"{DOC_PAGES[family]} {text}"
+    return text
+
+
 def _measurement_md(meas: Mapping[str, Any] | None) -> list[str]:
     lines = ["## Registration throughput", ""]
     if not meas:
-        return [*lines, "Not measured in this run."]
+        return [*lines, "Not measured in this run (no GPU, or not requested). kvreg never "
+                "reports the fake's own speed as a throughput figure."]
     lines.append(f"Backend: **{meas['backend']}** — {meas['note']}.")
+    if meas["backend"] == "fake":
+        lines += ["", "**Not a hardware measurement**: these figures are the speed of kvreg's "
+                  "fake runtime (a smoke test of the measurement code); no plot is drawn."]
     if meas.get("skipped"):
         return [*lines, "", f"Skipped: {meas['skipped']}."]
     step = int(meas["unit_bytes"])
@@ -231,7 +248,10 @@ def _measurement_md(meas: Mapping[str, Any] | None) -> list[str]:
 
 
 def write_report(doc: Mapping[str, Any], out_dir: str | Path) -> dict[str, Path]:
-    """Write fidelity.json, FIDELITY.md and, with a measurement, throughput.svg."""
+    """Write fidelity.json, FIDELITY.md and, with a hardware measurement, throughput.svg.
+
+    A measurement of the fake gets no plot: a chart of its speed would read as hardware.
+    """
     validate_report(doc)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -239,7 +259,7 @@ def write_report(doc: Mapping[str, Any], out_dir: str | Path) -> dict[str, Path]
     paths["json"].write_text(json.dumps(doc, indent=2, default=str) + "\n")
     paths["markdown"].write_text(render_markdown(doc))
     meas = doc.get("measurement")
-    if meas:
+    if meas and meas.get("backend") != "fake":
         from .measure import render_svg
 
         paths["svg"] = out / SVG_NAME

@@ -4,7 +4,7 @@ Both expose what the RDMA probes need and nothing more: the pyverbs module tree
 (``modules["pyverbs.mr"]`` ...), the device to open, ``track`` (the fake must be told about
 real buffers; the real NIC needs no telling) and ``memlock`` (the in-process ``ulimit -l``:
 ``setrlimit`` on real hardware, the node's simulated limit on the fake). Any device with an
-ACTIVE port 1 will do, Soft-RoCE included (mooncake-verbs.md §4.7).
+ACTIVE port 1 will do, Soft-RoCE included (docs/mooncake-verbs.md §4.7).
 
 pyverbs is imported on first use only; Debian installs it for the system python, so in a
 virtualenv ``RealVerbs()`` raises :class:`~.backend.HardwareUnavailable` with that reason.

@@ -1,4 +1,4 @@
-"""kvreg.fakes.mooncake: a fake Mooncake Store on the fake RDMA fabric (mooncake-verbs.md §1).
+"""kvreg.fakes.mooncake: a fake Mooncake Store on the fake RDMA fabric (docs/mooncake-verbs.md §1).
 
 ``FakeMooncake(profile)`` — ``"released"`` (≤ v0.3.12.post1) or ``"head"`` — builds
 ``MooncakeDistributedStore`` objects whose methods return what the real binding returns

@@ -1,4 +1,4 @@
-"""Mooncake's error codes and the store's fault points (mooncake-verbs.md §1.1, §1.4).
+"""Mooncake's error codes and the store's fault points (docs/mooncake-verbs.md §1.1, §1.4).
 
 The store never raises for store errors: it returns the negative ``ErrorCode`` value (§1.1).
 The transfer engine has its own small int codes (``TeError``), and the store collapses any

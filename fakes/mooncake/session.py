@@ -1,6 +1,6 @@
 """The store client's behaviour behind the binding: setup, registration, put/get, batches.
 
-Each rule cites mooncake-verbs.md. ``MooncakeDistributedStore`` (``store.py``) checks
+Each rule cites docs/mooncake-verbs.md. ``MooncakeDistributedStore`` (``store.py``) checks
 argument types as pybind would and delegates here; every call lands in the fabric's trace
 (face ``mooncake:<node>``) and goes through the fault plan (points ``mooncake.*``).
 """

@@ -1,4 +1,4 @@
-"""kvreg.fakes.verbs: a fake RDMA fabric behind the pyverbs API (mooncake-verbs.md §4, §5).
+"""kvreg.fakes.verbs: a fake RDMA fabric behind the pyverbs API (docs/mooncake-verbs.md §4, §5).
 
 ``Fabric`` holds nodes (simulated processes) with NICs; ``node.pyverbs`` — or, inside
 ``fabric.patch(node)``, a plain ``import pyverbs`` — gives the pyverbs surface that

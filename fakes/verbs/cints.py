@@ -1,7 +1,7 @@
 """Cython's conversions of Python ints to C integer types, as pyverbs' setters apply them.
 
 A value out of range raises OverflowError and a non-int TypeError, before any verbs call,
-exactly where the real extension types would (mooncake-verbs.md §4.4, §4.5).
+exactly where the real extension types would (docs/mooncake-verbs.md §4.4, §4.5).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``pyverbs.cq``: CQ, WC, CompChannel, and the extended CQEX (mooncake-verbs.md §4.5).
+"""``pyverbs.cq``: CQ, WC, CompChannel, and the extended CQEX (docs/mooncake-verbs.md §4.5).
 
 Protection errors are not raised by ``post_send``: they arrive as completions with a bad
 status (§5.3), which is why code must poll and check ``wc.status``. ``poll`` is

@@ -1,4 +1,4 @@
-"""``pyverbs.device``: Device, Context, DeviceAttr, PortAttr (mooncake-verbs.md §4.3).
+"""``pyverbs.device``: Device, Context, DeviceAttr, PortAttr (docs/mooncake-verbs.md §4.3).
 
 ``Context`` and ``get_device_list`` must know which node of which fabric they run on, so
 each node gets its own subclass (``bind_context``); everything else is shared. Closing a

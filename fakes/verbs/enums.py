@@ -5,7 +5,7 @@ a short supplement of newer members, each with its source), never by hand, so th
 cannot drift from the header; a test regenerates it from the installed header and compares.
 Every named enum becomes an ``IntEnum`` class, as pyverbs' Cython ``cpdef enum`` gives
 (``pyverbs.enums.ibv_access_flags.IBV_ACCESS_LOCAL_WRITE``; OR-ing two members gives a
-plain int); the members of anonymous enums are plain int constants (mooncake-verbs.md §4.1,
+plain int); the members of anonymous enums are plain int constants (docs/mooncake-verbs.md §4.1,
 §4.6). Both module layouts — ``pyverbs.enums`` (rdma-core < v59) and
 ``pyverbs.libibverbs_enums`` (v59+) — are built from the same classes.
 """

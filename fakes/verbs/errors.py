@@ -1,4 +1,4 @@
-"""pyverbs' exceptions and the verbs fault points (mooncake-verbs.md §4.2, §4.5, §5.2).
+"""pyverbs' exceptions and the verbs fault points (docs/mooncake-verbs.md §4.2, §4.5, §5.2).
 
 The exception classes are shared by every fabric, so ``except PyverbsRDMAError`` in code
 under test catches what any fake raises. The fault points are declared here with the errno

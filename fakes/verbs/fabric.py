@@ -4,7 +4,7 @@ A :class:`Fabric` holds several :class:`~.node.Node` objects in one Python proce
 node has its own address space, ``RLIMIT_MEMLOCK`` and NICs, and sees the pyverbs API
 through ``node.pyverbs`` (or ``fabric.patch(node)``). Every fabric owns one trace and one
 fault plan, shared by its nodes; nothing is global, so fabrics are independent and tests
-can run in parallel. ``ibv_reg_mr``'s rules (mooncake-verbs.md §5.2) live in
+can run in parallel. ``ibv_reg_mr``'s rules (docs/mooncake-verbs.md §5.2) live in
 :meth:`~.node.Nic.reg_mr`.
 """
 

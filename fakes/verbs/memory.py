@@ -7,7 +7,7 @@ A range is one of four kinds in a node's :class:`~kvreg.fakes.address_space.Addr
 - ``process``: ordinary process memory nobody tracked (a numpy array, a ``bytearray``, a
   torch CPU tensor, by address) that ``/proc/self/maps`` shows mapped (:mod:`.procmaps`).
   Real verbs and the real store move the bytes of any registered range, so the fake does
-  too, in place, with no extra call (mooncake-verbs.md §5.2: pinning needs only a mapping).
+  too, in place, with no extra call (docs/mooncake-verbs.md §5.2: pinning needs only a mapping).
 - ``virtual``: a virtual address (bit 60 set). Registration-only: a transfer that touches
   it passes every protection check and completes, but **no byte moves** on either side;
   the trace marks it ``data=False``.

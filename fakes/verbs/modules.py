@@ -46,7 +46,7 @@ NOT_MODELLED: dict[str, tuple[str, ...]] = {
     "pyverbs.device": ("DM", "DMMR", "AllocDmAttr", "QueryDeviceExInput", "AsyncEvent",
                        "CQModerationCaps", "PCIAtomicCaps", "PacketPacingCaps", "RSSCaps",
                        "TMCaps", "rdma_get_devices"),
-    # MREx: newer than rdma-core v44 (mooncake-verbs.md §4.4)
+    # MREx: newer than rdma-core v44 (docs/mooncake-verbs.md §4.4)
     "pyverbs.mr": ("MREx", "DmaBufMR", "DMMR", "MW", "MWBindInfo", "MWBind", "mwtype2str"),
     "pyverbs.cq": ("WcTmInfo",),
     "pyverbs.qp": ("DataBuffer", "ECE"),

@@ -1,4 +1,4 @@
-"""``pyverbs.mr.MR``: memory registration as pyverbs exposes it (mooncake-verbs.md §4.4).
+"""``pyverbs.mr.MR``: memory registration as pyverbs exposes it (docs/mooncake-verbs.md §4.4).
 
 ``MR(pd, length, access, address=None)`` registers user memory at ``address`` (pyverbs
 treats ``address=0`` as "not given"), or a zeroed, page-aligned buffer pyverbs allocates

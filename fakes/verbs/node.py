@@ -1,7 +1,7 @@
 """Nodes (simulated processes) and their NICs: MR tables, memlock accounting, ports.
 
 A :class:`Node` has its own address space, ``RLIMIT_MEMLOCK`` and NICs; a :class:`Nic`
-holds the MR table whose rules are ``ibv_reg_mr``'s (mooncake-verbs.md §5.2, in
+holds the MR table whose rules are ``ibv_reg_mr``'s (docs/mooncake-verbs.md §5.2, in
 :meth:`Nic.reg_mr`). Both reach the fabric they belong to only through the small
 :class:`FabricLike` protocol (trace, fault plan, pyverbs module tree), so this module
 imports nothing of the pyverbs face and the fabric imports it, never the reverse.

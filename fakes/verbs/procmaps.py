@@ -4,7 +4,7 @@ The kernel pins the pages of an MR with ``pin_user_pages`` (``ib_umem_get`` in
 drivers/infiniband/core/umem.c); a range with an unmapped page fails with EFAULT, and a
 writable registration (``ib_access_writable``: LOCAL_WRITE, REMOTE_WRITE, REMOTE_ATOMIC,
 MW_BIND) of a read-only mapping fails the same way, because it pins with FOLL_WRITE
-(mooncake-verbs.md §5.2, row "range not mapped"). The fake answers the same question from
+(docs/mooncake-verbs.md §5.2, row "range not mapped"). The fake answers the same question from
 ``/proc/self/maps``: parsed once, kept sorted, and read again when a range is not covered
 by what was read last (a miss). A cached answer can be stale (memory unmapped or
 ``mprotect``-ed since), so two checks are exact: registration (``fresh=True``) reads the

@@ -1,6 +1,6 @@
 """NIC profiles: what a driver advertises in ``ibv_device_attr`` and how it enforces it.
 
-mooncake-verbs.md §5.2 and §6.4 name the drivers that matter for registration: mlx5 and rxe
+docs/mooncake-verbs.md §5.2 and §6.4 name the drivers that matter for registration: mlx5 and rxe
 advertise ``max_mr_size`` = 2^64-1 (never hit), ionic advertises 2 GiB, erdma 64 GiB and
 rejects anything bigger with EINVAL, as EFA does. Behaviour the spec marks [uncertain] is a
 field with a conservative default (the choice that catches more bugs), so a test can pin

@@ -1,4 +1,4 @@
-"""``pyverbs.qp``: QPCap, QPInitAttr, QPAttr, QP — RC queue pairs (mooncake-verbs.md §4.5).
+"""``pyverbs.qp``: QPCap, QPInitAttr, QPAttr, QP — RC queue pairs (docs/mooncake-verbs.md §4.5).
 
 The state machine is the IB one (RESET→INIT→RTR→RTS, any→ERR/RESET); an illegal
 ``modify`` fails with EINVAL. ``to_rtr`` records the peer (dest QPN and the address handle),

@@ -1,4 +1,4 @@
-"""``pyverbs.wr``: SGE, SendWR, RecvWR (mooncake-verbs.md §4.5).
+"""``pyverbs.wr``: SGE, SendWR, RecvWR (docs/mooncake-verbs.md §4.5).
 
 Construction checks what pyverbs checks: an SGE length is a C ``uint32`` (< 4 GiB), and a
 WR other than the memory-window/invalidate kinds needs at least one SGE

@@ -2,7 +2,7 @@
 
 SGLang once registered big host pools in fixed-size chunks cut at arbitrary byte offsets.
 A HiCache page that straddles a seam then spans two registrations, and the batched page
-copy fails with "invalid argument" (spec/pools.md §5.2, spec/cuda-runtime.md §5.4). This
+copy fails with "invalid argument" (docs/pools.md §5.2, docs/cuda-runtime.md §5.4). This
 demo replays that on the fake with a DeepSeek-V3-shaped MLA page, then shows the fix.
 """
 
@@ -17,7 +17,8 @@ from kvreg.fakes.fake_cuda import FakeCuda
 
 GiB = 1 << 30
 
-# MLA DeepSeek-V3, bf16: C = 576, L = 61, P = 64 -> one page is 4,497,408 bytes (pools.md §2.10)
+# MLA DeepSeek-V3, bf16: C = 576, L = 61, P = 64 -> one page is 4,497,408 bytes (docs/pools.md
+# §2.10)
 PAGE_BYTES = 64 * 61 * 576 * 2
 
 

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import argparse
 import sys
+from importlib import metadata
+
+from .checks import OneLineParser, UsageError, check_output_path, fail
+
+
+def _version() -> str:
+    try:
+        return metadata.version("kvreg")
+    except metadata.PackageNotFoundError:   # a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="kvreg",
         description="Test the memory registration of LLM KV-cache pools on a fake CUDA runtime.")
+    parser.add_argument("--version", action="version", version=f"kvreg {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("demo", help="replay SGLang PR #36798: byte-offset chunk seams break "
                                 "page copies, page-aligned ones do not")
@@ -21,8 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
     from kvreg.realhw.cli import add_parser as add_fidelity
 
     add_fidelity(sub)
-    cov = sub.add_parser("coverage", help="write COVERAGE.md: which CUDA APIs the fake models")
-    cov.add_argument("--output", default="COVERAGE.md")
+    cov = sub.add_parser("coverage", help="print COVERAGE.md (which CUDA APIs the fake models), "
+                                          "or write it with --out")
+    cov.add_argument("--out", "--output", dest="out", metavar="FILE",
+                     help="write the table to FILE (default: standard output)")
     return parser
 
 
@@ -45,9 +58,19 @@ def main(argv: list[str] | None = None) -> int:
 
         return int(fidelity_run(args))
     if args.command == "coverage":
-        from kvreg.fakes.coverage import main as cov_main
+        from kvreg.fakes.coverage import render
 
-        return int(cov_main(["--output", args.output]))
+        try:
+            check_output_path(args.out, "--out", stdout_ok=True)
+        except UsageError as exc:
+            return fail("kvreg coverage", str(exc))
+        if args.out in (None, "-"):
+            sys.stdout.write(render())
+        else:
+            with open(args.out, "w", encoding="utf-8") as f:
+                f.write(render())
+            print(f"kvreg coverage: wrote {args.out}")
+        return 0
     return 2
 
 

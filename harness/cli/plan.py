@@ -19,6 +19,8 @@ from kvreg.harness.pools import POOL_TYPES, GeometryError, make_geometry
 from kvreg.harness.pools.families import extent_at
 from kvreg.harness.scenario.size_limits import size_problem
 
+from .checks import UsageError, check_output_path, positive_int
+
 GiB = 1 << 30
 CEILING_R580 = 512 * GiB
 
@@ -32,9 +34,9 @@ def add_parser(sub: Any) -> None:
                    help="geometry parameters, e.g. layout=page_first layer_num=61 "
                         "dtype=bfloat16 page_size=64 page_num=100000 (JSON values allowed)")
     limit = p.add_mutually_exclusive_group()
-    limit.add_argument("--chunk-gb", type=int, default=256,
+    limit.add_argument("--chunk-gb", type=positive_int, default=256,
                        help="SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB (default 256)")
-    limit.add_argument("--limit-bytes", type=int, help="chunk limit in bytes")
+    limit.add_argument("--limit-bytes", type=positive_int, help="chunk limit in bytes")
     limit.add_argument("--mc-max-mr-size", help="plan MRs: MC_MAX_MR_SIZE as in the environment")
     p.add_argument("--device-max-mr", type=int, action="append", default=[],
                    help="a NIC's max_mr_size (repeatable), with --mc-max-mr-size")
@@ -83,6 +85,8 @@ def _summary(plan: PoolPlan, ceiling: int | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        check_output_path(args.json, "--json", stdout_ok=True)
+        check_output_path(args.svg, "--svg")
         geometry = make_geometry(args.pool_type, **parse_params(args.params))
         too_big = size_problem(geometry)
         if too_big:
@@ -93,10 +97,10 @@ def run(args: argparse.Namespace) -> int:
         elif args.limit_bytes is not None:
             limit = args.limit_bytes
         else:
-            limit = max(args.chunk_gb, 1) * GiB
+            limit = args.chunk_gb * GiB
         algorithms = ALGORITHMS if args.algorithm == "all" else (args.algorithm,)
         plans = [plan_pool(geometry, limit, a) for a in algorithms]
-    except (GeometryError, PlanError) as exc:
+    except (GeometryError, PlanError, UsageError) as exc:
         print(f"kvreg plan: error: {exc}", file=sys.stderr)
         return 2
     ceiling = args.ceiling_gb * GiB if args.ceiling_gb > 0 else None

@@ -23,16 +23,20 @@ from kvreg.harness.run.adapters import (
 )
 from kvreg.harness.run.core import run_scenario
 from kvreg.harness.run.result import ScenarioResult
-from kvreg.harness.scenario.format import Scenario, ScenarioError, load_paths
+from kvreg.harness.scenario.format import Scenario, ScenarioError, bundled_root, load_paths
 
-__all__ = ["add_parsers", "run_list", "run_run", "select", "summary"]
+from .checks import UsageError, positive_int
+from .run_extras import add_run_extras, finish, prepare
+
+__all__ = ["add_parsers", "run_list", "run_run", "scenario_paths", "select", "summary"]
 
 
 def add_parsers(sub: Any) -> None:
     run = sub.add_parser("run", help="run scenarios against an implementation (default: the "
                                      "bundled catalog against kvreg's reference)")
     run.add_argument("paths", nargs="*", type=Path, metavar="PATH",
-                     help="scenario files or folders (default: the bundled catalog)")
+                     help="scenario files or folders; 'bundled' is kvreg's catalog (the "
+                          "default when no PATH is given)")
     run.add_argument("--impl", metavar="SPEC", help="file.py:function or package.module:function")
     run.add_argument("--teardown", metavar="SPEC", help="teardown function (default: "
                                                         "'teardown' next to --impl)")
@@ -46,11 +50,21 @@ def add_parsers(sub: Any) -> None:
     run.add_argument("-k", dest="keyword", metavar="TEXT", help="only scenarios whose id "
                                                                  "contains TEXT")
     run.add_argument("--json", metavar="FILE", help="write the JSON report ('-' for stdout)")
-    run.add_argument("--jobs", "-j", type=int, default=1, help="parallel worker processes")
+    run.add_argument("--jobs", "-j", type=positive_int, default=1,
+                     help="parallel worker processes (an integer >= 1)")
     run.add_argument("--trace", action="store_true", help="print the call trace of failures")
+    add_run_extras(run)
     lst = sub.add_parser("list", help="list the scenarios (default: the bundled catalog)")
-    lst.add_argument("paths", nargs="*", type=Path, metavar="PATH")
+    lst.add_argument("paths", nargs="*", type=Path, metavar="PATH",
+                     help="scenario files or folders; 'bundled' is kvreg's catalog")
     lst.add_argument("-k", dest="keyword", metavar="TEXT")
+
+
+def scenario_paths(paths: Sequence[Path]) -> list[Path] | None:
+    """The PATH arguments, with ``bundled`` (unless such a file exists) as kvreg's catalog."""
+    if not paths:
+        return None
+    return [bundled_root() if str(p) == "bundled" and not p.exists() else p for p in paths]
 
 
 def select(scenarios: Sequence[Scenario], keyword: str | None) -> list[Scenario]:
@@ -115,10 +129,11 @@ def _table(results: Sequence[ScenarioResult], out: TextIO, show_trace: bool) -> 
 
 def run_run(args: argparse.Namespace) -> int:
     try:
-        impl = make_implementation(args.impl, args.teardown, args.style)
+        plan = prepare(args)       # output paths and the baseline, before any work
+        impl = make_implementation(args.impl, args.teardown, args.style, base=Path.cwd())
         impl.pinning = args.pinning
-        scenarios = select(load_paths(args.paths or None), args.keyword)
-    except (ImplementationError, ScenarioError) as exc:
+        scenarios = plan.select(select(load_paths(scenario_paths(args.paths)), args.keyword))
+    except (ImplementationError, ScenarioError, UsageError) as exc:
         print(f"kvreg run: error: {exc}", file=sys.stderr)
         return 2
     if args.backend == "cuda":
@@ -129,7 +144,9 @@ def run_run(args: argparse.Namespace) -> int:
             print(f"kvreg run: error: --backend cuda needs a GPU: {missing}", file=sys.stderr)
             return 2
     if not scenarios:
-        print("kvreg run: no scenario matches", file=sys.stderr)
+        what = " and ".join(f"{k} {v}" for k, v in (("-k", args.keyword), ("--shard",
+                                                                            args.shard)) if v)
+        print(f"kvreg run: error: no scenario matches {what}", file=sys.stderr)
         return 2
     progress = sys.stderr if sys.stderr.isatty() and not os.environ.get("CI") else None
     jobs = 1 if args.backend == "cuda" else max(args.jobs, 1)   # one GPU, one run at a time
@@ -143,13 +160,13 @@ def run_run(args: argparse.Namespace) -> int:
         _table(results, sys.stdout, args.trace)
         if args.json:
             Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
-    failed = counts["failed"] + counts["errors"]
-    return 1 if failed else 0
+    notes = sys.stderr if args.json == "-" else sys.stdout
+    return finish(plan, results, notes, failed=counts["failed"] + counts["errors"])
 
 
 def run_list(args: argparse.Namespace) -> int:
     try:
-        scenarios = select(load_paths(args.paths or None), args.keyword)
+        scenarios = select(load_paths(scenario_paths(args.paths)), args.keyword)
     except ScenarioError as exc:
         print(f"kvreg list: error: {exc}", file=sys.stderr)
         return 2

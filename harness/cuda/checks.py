@@ -33,7 +33,7 @@ from kvreg.harness.run.result import Violation
 __all__ = ["BufferRun", "RunRecord", "Violation", "buffer_ends", "check_run", "check_warnings"]
 
 GiB = 1 << 30
-# a registration is the runtime call or its driver twin (spec cuda-runtime.md §2.1)
+# a registration is the runtime call or its driver twin (docs/cuda-runtime.md §2.1)
 REGISTER_APIS = frozenset({"cudaHostRegister", "cuMemHostRegister"})
 UNREGISTER_APIS = frozenset({"cudaHostUnregister", "cuMemHostUnregister"})
 

@@ -1,6 +1,6 @@
 """Which page extents the copy step sends through ``cudaMemcpyBatchAsync``, and why that suffices.
 
-The runtime's copy rule (cuda-runtime.md §5.1, §5.4) judges a host range only by how the
+The runtime's copy rule (docs/cuda-runtime.md §5.1, §5.4) judges a host range only by how the
 registrations cover it: wholly inside one registration, wholly pageable, partly both, or spread
 over two. Between two consecutive registration edges of a buffer that cover is the same
 everywhere, so every extent that lies strictly between two edges gets the verdict of any other

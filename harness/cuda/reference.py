@@ -1,6 +1,6 @@
 """kvreg's reference chunked CUDA host registration: aligned, all-or-nothing, exact teardown.
 
-Correct for every pool layout (spec/pools.md §1.1 and §5): chunks no larger than the limit,
+Correct for every pool layout (docs/pools.md §1.1 and §5): chunks no larger than the limit,
 every seam on a multiple of the copy unit, rollback in reverse order on any failure with an
 error that names the call, code, string, offset, size and total, and a teardown that
 unregisters each chunk's base exactly once and reports what it could not release. It works
@@ -47,7 +47,7 @@ def _text(cudart: Any, code: int) -> str:
 
 
 def _drain(cudart: Any) -> None:
-    """Clear the pending error where the face allows it (cuda-runtime.md §6).
+    """Clear the pending error where the face allows it (docs/cuda-runtime.md §6).
 
     torch's binding exposes no cudaGetLastError, so its pending error stays; cuda-python's
     does, and leaving it set would poison the next unrelated check.
@@ -112,7 +112,7 @@ def teardown(cudart: Any, ranges: list[tuple[int, int]]) -> list[tuple[int, int,
 # -- the sglang implementation style ---------------------------------------------------------
 
 def chunk_limit_from_env(default_gb: int = 256) -> int:
-    """SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB in whole GiB, floored at 1 (pools.md §1.1)."""
+    """SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB in whole GiB, floored at 1 (docs/pools.md §1.1)."""
     raw = os.environ.get(ENV_CHUNK_GB)
     try:
         gb = int(raw) if raw is not None else default_gb

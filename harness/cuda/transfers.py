@@ -1,6 +1,6 @@
 """Transfers over the pool's pages through the batch copy API, as HiCache's write-back does.
 
-One ``cudaMemcpyBatchAsync`` descriptor per page extent (pools.md §5.1: whole pages; §5.2:
+One ``cudaMemcpyBatchAsync`` descriptor per page extent (docs/pools.md §5.1: whole pages; §5.2:
 per-(page, layer) sub-blocks are inside those), host to a device staging buffer, on a
 non-default stream with srcAccessOrder Stream. Small pools copy every extent; large ones
 copy the extents that decide the verdict (copy_selection.py says which and why the others

@@ -2,7 +2,7 @@
 
 The same rules as the CUDA target's (harness/cuda/checks.py), read from the fake fabric's trace of
 ``register_buffer`` / ``unregister_buffer`` calls: every MR inside its buffer and no larger
-than the effective limit (mooncake-verbs.md §1.6), failures raised and rolled back, every
+than the effective limit (docs/mooncake-verbs.md §1.6), failures raised and rolled back, every
 page stored and read back (§1.7), every MR released exactly once by its exact base (§1.5
 step 5), nothing left registered. Messages name the buffer and offset, the call and the
 ErrorCode, so a user can act on the first one.

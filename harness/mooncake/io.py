@@ -1,7 +1,7 @@
 """Every page through a Mooncake store: keys, packing, the round trip, failures in words.
 
 Keys follow the upstream backends: SGLang stores one object per page and component, packed
-into a multi-buffer object when a page has more pointers than keys (mooncake-verbs.md §3.3,
+into a multi-buffer object when a page has more pointers than keys (docs/mooncake-verbs.md §3.3,
 §3.4); FastDeploy stores a K and a V object per block, puts them from the write buffer and
 reads them back into the read buffer (§2.3). The PD transfer is in :mod:`.pd`.
 
@@ -153,7 +153,7 @@ def _member_segment(member: PoolGeometry, offset: int, role: str | None,
     if member.pool_type in _KEYS_PER_PAGE and per_page != kpp:
         raise IoPlanError(f"{member.pool_type} {member.layout}: {per_page} pointers per page "
                           "for a K and a V key; SGLang raises 'layer_first multi-buffer is only "
-                          "supported for MLA' (mooncake-verbs.md §3.4)")
+                          "supported for MLA' (docs/mooncake-verbs.md §3.4)")
     nbuf = per_page // kpp
     ext = member.page_extents(pages)
     names = _suffixes(member, kpp, role)
@@ -194,7 +194,7 @@ def plan_io(geometry: PoolGeometry, pages: Sequence[int] | Int64s, *, io: str = 
         return [_fastdeploy_batch(geometry, sel)]
     if not geometry.has_page_meta:
         raise IoPlanError(f"{geometry.pool_type} {geometry.layout} has no page buffer meta: "
-                          "the backends cannot store it page by page (pools.md §4)")
+                          "the backends cannot store it page by page (docs/pools.md §4)")
     if isinstance(geometry, HostPoolGroup):
         members = list(zip(geometry.members, geometry.buffer_offsets, geometry.roles,
                            strict=True))

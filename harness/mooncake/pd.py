@@ -1,7 +1,7 @@
 """PD transfer: the prefill node RDMA-WRITEs every page into the decode node's host pool.
 
 One RDMA WRITE per page extent, with the keys of the MRs the two nodes' stores registered
-(mooncake-verbs.md §1.5), on RC QPs of the fake fabric: a page cut by an MR seam fails as a
+(docs/mooncake-verbs.md §1.5), on RC QPs of the fake fabric: a page cut by an MR seam fails as a
 real NIC fails it, with IBV_WC_LOC_PROT_ERR (prefill side) or IBV_WC_REM_ACCESS_ERR (decode
 side, §5.3). Released Mooncake only: HEAD's register_buffer publishes no rkey (§1.5).
 """

@@ -1,6 +1,6 @@
 """kvreg's reference RDMA / Mooncake registration and SGLang's multi-buffer helpers.
 
-MRs no larger than the effective limit (spec/mooncake-verbs.md §1.6: min of MC_MAX_MR_SIZE
+MRs no larger than the effective limit (docs/mooncake-verbs.md §1.6: min of MC_MAX_MR_SIZE
 or its 1 TiB default and every opened device's max_mr_size; FastDeploy's 1–6 GiB clamp as
 an option, §2.1), seams on a multiple of the object stride so no KV block straddles two MRs
 (§1.7), all or nothing with rollback, errors raised rather than logged. The
@@ -133,7 +133,7 @@ def teardown_or_raise(store: Any, ranges: list[tuple[int, int]]) -> None:
             f"ptr={p:#x} size={s} (rc={c})" for p, s, c in failed), failed)
 
 
-# -- SGLang Mooncake backend helpers (mooncake-verbs.md §3.2, §3.4) ---------------------------
+# -- SGLang Mooncake backend helpers (docs/mooncake-verbs.md §3.2, §3.4) ---------------------------
 
 class MultiBufferError(ValueError):
     """Pointer/size lists that cannot be packed per key."""
@@ -143,7 +143,7 @@ def iter_pool_buffers(pool: Any) -> Iterator[Any]:
     """Each allocation of a host pool once: ``get_hybrid_pool_buffer()`` or ``[kv_buffer]``.
 
     Views into one allocation (MHA's K and V halves) are deduplicated by their storage's
-    (data_ptr, nbytes), as the store registers whole allocations (pools.md §2.9).
+    (data_ptr, nbytes), as the store registers whole allocations (docs/pools.md §2.9).
     """
     getter = getattr(pool, "get_hybrid_pool_buffer", None)
     buffers = getter() if getter is not None else [getattr(pool, "kv_buffer", None)]

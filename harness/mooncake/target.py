@@ -11,7 +11,7 @@ ranges each round, so it must forget what it released (the reference keeps only 
 
 Options (the scenario's ``mooncake`` table), all optional:
 
-- ``profile``: ``released`` (≤ v0.3.12.post1, default) or ``head`` (mooncake-verbs.md §6.1)
+- ``profile``: ``released`` (≤ v0.3.12.post1, default) or ``head`` (docs/mooncake-verbs.md §6.1)
 - ``protocol``: ``rdma`` (default) or ``tcp``
 - ``devices``: NIC name -> NIC profile (default ``{ mlx5_0 = "mlx5" }``)
 - ``device_max_mr_size``: overrides every device's advertised max_mr_size

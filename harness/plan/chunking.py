@@ -1,7 +1,7 @@
 """The planner: chunk lists and seam checks, computed without registering anything.
 
 A chunk plan cuts ``[0, total)`` into calls no larger than the limit, every seam on a
-multiple of the unit, so no transfer extent crosses a seam (pools.md §1.1, §5.2). The same
+multiple of the unit, so no transfer extent crosses a seam (docs/pools.md §1.1, §5.2). The same
 module answers the question an operator has before touching a machine: under a given
 (possibly wrong) chunking, which pages would straddle a seam? It answers from the page
 extents in closed form (pools/families.py), so the cost grows with buffers and seams, never
@@ -42,7 +42,7 @@ class PlanError(ValueError):
 def chunk_size(limit: int, unit: int | None) -> int:
     """The largest multiple of ``unit`` not above ``limit`` (``limit`` when unit is None).
 
-    Rejected before any call is made, as SGLang does (pools.md §1.1): a non-positive unit,
+    Rejected before any call is made, as SGLang does (docs/pools.md §1.1): a non-positive unit,
     or one above the limit.
     """
     if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
@@ -163,7 +163,7 @@ class PoolPlan:
         return sum(b.hits.count for b in self.buffers)
 
     def over_ceiling(self, ceiling: int | None) -> int:
-        """Calls at or above a per-call ceiling (512 GiB on R580+: cuda-runtime.md §2.2)."""
+        """Calls at or above a per-call ceiling (512 GiB on R580+: docs/cuda-runtime.md §2.2)."""
         if ceiling is None:
             return 0
         return sum(1 for b in self.buffers for _, s in b.plan.chunks if s >= ceiling)
@@ -183,7 +183,7 @@ def reference_unit(spec: BufferSpec, limit: int, families: Sequence[ExtentFamily
 
     The copy unit, when it fits the limit. Otherwise (a layer slab larger than the limit)
     the largest page-extent size of this buffer that divides the copy unit: runs of the
-    direct layer_first copy may then cross a seam, which the note says (pools.md §5.2).
+    direct layer_first copy may then cross a seam, which the note says (docs/pools.md §5.2).
     """
     if spec.copy_unit <= limit:
         return spec.copy_unit, ""

@@ -2,7 +2,7 @@
 
 Each geometry lists its buffers (shape, dtype, the registration granularity upstream passes, the
 copy unit real transfers use) and the per-page pointer/size rows L3 storage transfers. Facts come
-from spec/pools.md and spec/mooncake-verbs.md §2.3; each module cites its sections.
+from docs/pools.md and docs/mooncake-verbs.md §2.3; each module cites its sections.
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ class BufferSpec:
 
     @property
     def nbytes(self) -> int:
-        """Exact byte count (numel * itemsize): what cudaHostRegister is given (pools.md §0)."""
+        """Exact byte count (numel * itemsize): what cudaHostRegister gets (docs/pools.md §0)."""
         return math.prod(self.shape) * int(self.dtype.itemsize)
 
     def as_dict(self) -> dict[str, Any]:
@@ -233,7 +233,7 @@ def extents_from_slots(
 
 
 def host_sizing(size: int, page_size: int, dcp_size: int = 1) -> tuple[int, int, int]:
-    """Return (P, N, S) for a base size S0 (pools.md §0).
+    """Return (P, N, S) for a base size S0 (docs/pools.md §0).
 
     P = page_size // dcp_size (must divide evenly), N = S0 // P + 1 (always one page more than
     floor, even when S0 is a multiple of P), S = N * P.
@@ -251,7 +251,7 @@ def host_sizing(size: int, page_size: int, dcp_size: int = 1) -> tuple[int, int,
 
 
 def base_size_from_host_gb(host_size_gb: float, size_per_token: int) -> int:
-    """S0 from --hicache-size in GB (pools.md §0): int(host_size * 1e9 // size_per_token)."""
+    """S0 from --hicache-size in GB (docs/pools.md §0): int(host_size * 1e9 // size_per_token)."""
     if not host_size_gb > 0:
         raise GeometryError(f"host_size_gb must be positive, got {host_size_gb!r}")
     spt = check_positive_int("size_per_token", size_per_token)
@@ -259,7 +259,10 @@ def base_size_from_host_gb(host_size_gb: float, size_per_token: int) -> int:
 
 
 def base_size_from_ratio(device_size: int, host_to_device_ratio: float) -> int:
-    """S0 without --hicache-size (pools.md §0): int(device_pool.size * host_to_device_ratio)."""
+    """S0 without --hicache-size: int(device_pool.size * host_to_device_ratio).
+
+    See docs/pools.md §0.
+    """
     device = check_nonneg_int("device_size", device_size)
     if not host_to_device_ratio > 0:
         raise GeometryError(f"host_to_device_ratio must be positive, got {host_to_device_ratio!r}")
@@ -290,7 +293,7 @@ class PoolGeometry(ABC):
 
     @property
     def has_page_meta(self) -> bool:
-        """False where upstream get_page_buffer_meta raises or returns None (pools.md §4)."""
+        """False where upstream get_page_buffer_meta raises or returns None (docs/pools.md §4)."""
         return True
 
     def derived(self) -> dict[str, Any]:
@@ -304,7 +307,7 @@ class PoolGeometry(ABC):
     def _no_meta_message(self) -> str:
         return (
             f"pool type {self.pool_type} with layout {self.layout} has no page buffer meta "
-            "(upstream get_page_buffer_meta raises; pools.md §4)"
+            "(upstream get_page_buffer_meta raises; docs/pools.md §4)"
         )
 
     def check_pages(self, pages: npt.ArrayLike | None) -> Int64Array:
@@ -362,7 +365,7 @@ class PoolGeometry(ABC):
 
     @classmethod
     def from_size(cls, size: int, page_size: int, dcp_size: int = 1, **params: Any) -> Self:
-        """Build from the base size S0 via host_sizing (pools.md §0)."""
+        """Build from the base size S0 via host_sizing (docs/pools.md §0)."""
         p, n, _ = host_sizing(size, page_size, dcp_size)
         build: Callable[..., Self] = cls
         return build(page_size=p, page_num=n, **params)

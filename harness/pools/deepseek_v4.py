@@ -2,7 +2,7 @@
 
 Both are uint8 row stores of L "layers" (device buffers / state pools) per page. layer_first is
 a list of L separate allocations, each registered in one call; page_first(_direct) is one
-allocation with G = L * row bytes. Facts: pools.md §2.7, §4.
+allocation with G = L * row bytes. Facts: docs/pools.md §2.7, §4.
 """
 
 from __future__ import annotations
@@ -31,14 +31,15 @@ LAYOUTS = (LAYER_FIRST, PAGE_FIRST, PAGE_FIRST_DIRECT)
 
 
 class _V4RowPool(PoolGeometry):
-    """Shared geometry: page_num host pages of layer_num rows of row_bytes each (pools.md §2.7)."""
+    """Shared geometry: page_num host pages of layer_num rows of row_bytes each (docs/pools.md
+    §2.7)."""
 
     row_bytes: int
     layer_num: int
     page_num: int
 
     def _setup(self, layout: str, page_size: int, page_num: int) -> None:
-        self.layout = check_layout(self.pool_type, layout, LAYOUTS, "pools.md §2.7")
+        self.layout = check_layout(self.pool_type, layout, LAYOUTS, "docs/pools.md §2.7")
         self.page_size = check_positive_int("page_size", page_size)
         self.page_num = check_positive_int("page_num", page_num)
         self.dtype = check_dtype("dtype", "uint8")
@@ -75,7 +76,7 @@ class _V4RowPool(PoolGeometry):
     @classmethod
     def from_size(cls, size: int, page_size: int, dcp_size: int = 1, **params: Any) -> Self:
         """Not available: V4 pools size num_host_pages from a host memory budget, not from the
-        HostKVCache rule of pools.md §0; pass page_num."""
+        HostKVCache rule of docs/pools.md §0; pass page_num."""
         raise GeometryError(f"size: pool type {cls.pool_type} takes page_num, not a base size")
 
     @property
@@ -88,16 +89,16 @@ class _V4RowPool(PoolGeometry):
     def _page_slots(self) -> tuple[Slot, ...]:
         row = self.row_bytes
         if self.layout == LAYER_FIRST:
-            # pools.md §4: per layer, kv_buffer[l].data_ptr() + row*row_bytes.
+            # docs/pools.md §4: per layer, kv_buffer[l].data_ptr() + row*row_bytes.
             return tuple(Slot(i, 0, row, row) for i in range(self.layer_num))
-        # pools.md §4: kv_buffer[row].data_ptr() with row = idx//P, size L*row_bytes.
+        # docs/pools.md §4: kv_buffer[row].data_ptr() with row = idx//P, size L*row_bytes.
         page = self.layer_num * row
         return (Slot(0, 0, page, page),)
 
 
 class DeepSeekV4PagedGeometry(_V4RowPool):
     """DeepSeekV4PagedHostPool: L = len(device_buffers), item_bytes = one page of one layer;
-    page_size is slot_page_size and page_num is num_host_pages (pools.md §2.7)."""
+    page_size is slot_page_size and page_num is num_host_pages (docs/pools.md §2.7)."""
 
     pool_type = "deepseek_v4_paged"
 
@@ -119,14 +120,14 @@ class DeepSeekV4PagedGeometry(_V4RowPool):
         }
 
     def derived(self) -> dict[str, Any]:
-        # size_per_token = item_bytes, used as a per-page quantity (pools.md §2.7).
+        # size_per_token = item_bytes, used as a per-page quantity (docs/pools.md §2.7).
         return {"size": self.size, "size_per_token": self.item_bytes}
 
 
 class DeepSeekV4StateGeometry(_V4RowPool):
     """DeepSeekV4StateHostPool: one "layer" per CompressStatePool; each pool's kv_score tensor has
     shape kv_score_shapes[i], and state_page_bytes = ring_size * kv_score[0].nbytes must be equal
-    across pools. page_size is swa_page_size (pools.md §2.7)."""
+    across pools. page_size is swa_page_size (docs/pools.md §2.7)."""
 
     pool_type = "deepseek_v4_state"
 

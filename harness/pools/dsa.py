@@ -1,6 +1,7 @@
 """DSA (NSA) indexer host pool: the uint8 index_k_with_scale buffer, one page per indexer row.
 
-Facts: pools.md §2.5 (DSAIndexerPoolHost), §4 (page meta), §5.1 (kernel path), §2.10 (worked G).
+Facts: docs/pools.md §2.5 (DSAIndexerPoolHost), §4 (page meta), §5.1 (kernel path), §2.10 (worked
+G).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ class DSAIndexerGeometry(PoolGeometry):
 
     Per token per layer t = index_head_dim + (index_head_dim // quant_block_size) * 4 bytes; the
     buffer holds indexer_page_num = (S + P + 1) // P rows (N+1 for P >= 2, N+2 for P = 1), one or
-    two more than the anchor's N pages that transfers address (pools.md §2.5).
+    two more than the anchor's N pages that transfers address (docs/pools.md §2.5).
     """
 
     pool_type = "dsa_indexer"
@@ -38,8 +39,8 @@ class DSAIndexerGeometry(PoolGeometry):
         page_num: int,
     ) -> None:
         self.layout = check_layout(
-            self.pool_type, layout, (LAYER_FIRST, PAGE_FIRST, PAGE_FIRST_DIRECT), "pools.md §2.5"
-        )
+            self.pool_type, layout, (LAYER_FIRST, PAGE_FIRST, PAGE_FIRST_DIRECT),
+            "docs/pools.md §2.5")
         self.layer_num = check_positive_int("layer_num", layer_num)
         self.index_head_dim = check_positive_int("index_head_dim", index_head_dim)
         self.quant_block_size = check_positive_int("quant_block_size", quant_block_size)
@@ -55,7 +56,8 @@ class DSAIndexerGeometry(PoolGeometry):
         rows, stride = self.indexer_page_num, self.indexer_page_stride_size
         if self.layout == LAYER_FIRST:
             # Transfers are page rows of t*P bytes inside one layer slab; the direct path groups
-            # consecutive rows, so the copy unit is the layer slab rows*t*P (pools.md §2.5, §5.2).
+            # consecutive rows, so the copy unit is the layer slab rows*t*P (docs/pools.md §2.5,
+            # §5.2).
             slab = rows * stride
             buf = BufferSpec(
                 "index_k_with_scale_buffer",
@@ -86,7 +88,7 @@ class DSAIndexerGeometry(PoolGeometry):
 
     @property
     def has_page_meta(self) -> bool:
-        return self.layout != LAYER_FIRST  # pools.md §4: layer_first raises
+        return self.layout != LAYER_FIRST  # docs/pools.md §4: layer_first raises
 
     def buffers(self) -> tuple[BufferSpec, ...]:
         return self._buffers
@@ -104,15 +106,15 @@ class DSAIndexerGeometry(PoolGeometry):
     def derived(self) -> dict[str, Any]:
         return {
             "size": self.size,
-            "size_per_token": self.token_bytes * self.layer_num,  # t*L (pools.md §2.5)
+            "size_per_token": self.token_bytes * self.layer_num,  # t*L (docs/pools.md §2.5)
             "token_bytes": self.token_bytes,
             "indexer_page_stride_size": self.indexer_page_stride_size,
             "indexer_layout_dim": self.indexer_layout_dim,
             "indexer_page_num": self.indexer_page_num,
-            "kernel_io_supported": self.indexer_page_stride_size % 8 == 0,  # pools.md §2.5
+            "kernel_io_supported": self.indexer_page_stride_size % 8 == 0,  # docs/pools.md §2.5
         }
 
     def _page_slots(self) -> tuple[Slot, ...]:
-        # pools.md §4: base + (idx//P) * (L*t*P), size L*t*P.
+        # docs/pools.md §4: base + (idx//P) * (L*t*P), size L*t*P.
         page = self.indexer_layout_dim
         return (Slot(0, 0, page, page),)

@@ -1,6 +1,6 @@
 """FastDeploy Mooncake storage buffers (cache_transfer_manager._init_storage_buffer).
 
-Facts: mooncake-verbs.md §2.3 (layout, stride, read path), §2.1 (chunked register_buffer), §6
+Facts: docs/mooncake-verbs.md §2.3 (layout, stride, read path), §2.1 (chunked register_buffer), §6
 item 5 (chunk seams must align to the block stride).
 """
 
@@ -25,7 +25,7 @@ from .base import (
 __all__ = ["FastDeployGeometry"]
 
 BLOCK_WISE_FP8 = "block_wise_fp8"
-# cache_item_bytes: float32 4, bf16/fp16 2, uint8/block_wise_fp8 1 (mooncake-verbs.md §2.3).
+# cache_item_bytes: float32 4, bf16/fp16 2, uint8/block_wise_fp8 1 (docs/mooncake-verbs.md §2.3).
 _CACHE_DTYPES = ("float32", "bfloat16", "float16", "uint8", BLOCK_WISE_FP8)
 SIDES = ("read", "write")
 
@@ -107,7 +107,7 @@ class FastDeployGeometry(PoolGeometry):
 
     @classmethod
     def from_max_model_len(cls, max_model_len: int, page_size: int, **params: Any) -> Self:
-        """block_num = ceil(max_model_len / block_size) (mooncake-verbs.md §2.3)."""
+        """block_num = ceil(max_model_len / block_size) (docs/mooncake-verbs.md §2.3)."""
         length = check_positive_int("max_model_len", max_model_len)
         block = check_positive_int("page_size", page_size)
         return cls(page_size=block, page_num=-(-length // block), **params)

@@ -1,7 +1,8 @@
 """A hybrid group of host pools (HostPoolGroup): a KV anchor plus side pools.
 
 Each member allocates and registers its own buffers with its own G; the group only lists them
-together and concatenates their page meta (pools.md §2.9; mooncake-verbs.md §3.4 _batch_io_v2).
+together and concatenates their page meta (docs/pools.md §2.9; docs/mooncake-verbs.md §3.4
+_batch_io_v2).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Mamba host pool: one temporal (SSM) buffer and one buffer per conv state, page size 1.
 
-Facts: pools.md §2.6 (MambaPoolHost), §4 (page meta per slot).
+Facts: docs/pools.md §2.6 (MambaPoolHost), §4 (page meta per slot).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ PAGE_FIRST_DIRECT = "page_first_direct"
 
 class MambaGeometry(PoolGeometry):
     """MambaPoolHost: slots are pages (P = 1, S = N = size0 + 1); each buffer (S, Lm, 1, *shape)
-    is its own allocation with G = Lm * prod(shape) * itemsize (pools.md §2.6).
+    is its own allocation with G = Lm * prod(shape) * itemsize (docs/pools.md §2.6).
 
     A zero-element temporal buffer (conv-only model) is allocated with plain torch.empty and never
     registered (cuda_registered False, granularity None) and has no page pointer (§4).
@@ -45,7 +45,7 @@ class MambaGeometry(PoolGeometry):
             self.pool_type,
             layout,
             (PAGE_FIRST, PAGE_FIRST_DIRECT),
-            "pools.md §2.6: the described version asserts page_first or page_first_direct",
+            "docs/pools.md §2.6: the described version asserts page_first or page_first_direct",
         )
         self.page_size = 1
         self.num_mamba_layers = check_positive_int("num_mamba_layers", num_mamba_layers)
@@ -86,7 +86,7 @@ class MambaGeometry(PoolGeometry):
 
     @classmethod
     def from_size(cls, size: int, page_size: int = 1, dcp_size: int = 1, **params: Any) -> Self:
-        """S = N = size0 + 1 (pools.md §2.6, §0 with P = 1)."""
+        """S = N = size0 + 1 (docs/pools.md §2.6, §0 with P = 1)."""
         p, n, _ = host_sizing(size, page_size, dcp_size)
         if p != 1:
             raise GeometryError(f"page_size must be 1 for pool type mamba, got {page_size}")
@@ -111,12 +111,12 @@ class MambaGeometry(PoolGeometry):
         }
 
     def derived(self) -> dict[str, Any]:
-        # pools.md §2.6: Lm * (sum prod(C_i)*conv_b + prod(T)*temporal_b)
+        # docs/pools.md §2.6: Lm * (sum prod(C_i)*conv_b + prod(T)*temporal_b)
         spt = sum(buf.nbytes for buf in self._buffers) // self.page_num
         return {"size": self.size, "size_per_token": spt}
 
     def _page_slots(self) -> tuple[Slot, ...]:
-        # pools.md §4: per slot i, temporal (skipped when empty) then each conv_j, each at
+        # docs/pools.md §4: per slot i, temporal (skipped when empty) then each conv_j, each at
         # base + i * Lm * prod(shape) * b with that size.
         return tuple(
             Slot(index, 0, buf.copy_unit, buf.copy_unit)

@@ -1,8 +1,8 @@
 """MHA host pools: symmetric K+V (one allocation), K-only, and asymmetric K/V (two allocations).
 
-Facts: pools.md §2.1 (MHATokenToKVPoolHost), §2.2 (MHATokenToKOnlyPoolHost), §2.3
+Facts: docs/pools.md §2.1 (MHATokenToKVPoolHost), §2.2 (MHATokenToKOnlyPoolHost), §2.3
 (AsymmetricMHATokenToKVPoolHost), §4 (get_page_buffer_meta), §5 (transfer paths, copy units);
-mooncake-verbs.md §3.4 (pointer lists per layout).
+docs/mooncake-verbs.md §3.4 (pointer lists per layout).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ PAGE_HEAD = "page_head"
 
 
 class _MHABase(PoolGeometry):
-    """Shared fields and checks of the MHA family (notation of pools.md: L, H, D, b, P, N, S)."""
+    """Shared fields and checks of the MHA family (docs/pools.md notation: L, H, D, b, P, N, S)."""
 
     def __init__(
         self,
@@ -56,7 +56,7 @@ class _MHABase(PoolGeometry):
         self._b = int(self.dtype.itemsize)
         self.page_size = check_positive_int("page_size", page_size)
         self.page_num = check_positive_int("page_num", page_num)
-        self.size = self.page_num * self.page_size  # S = N * P (pools.md §0)
+        self.size = self.page_num * self.page_size  # S = N * P (docs/pools.md §0)
 
     @property
     def page_count(self) -> int:
@@ -74,15 +74,15 @@ class _MHABase(PoolGeometry):
         }
 
     def _layer_slab(self, head_dim: int) -> int:
-        """Bytes of one layer of one K/V tensor in layer_first: S*H*D*b (pools.md §2.1)."""
+        """Bytes of one layer of one K/V tensor in layer_first: S*H*D*b (docs/pools.md §2.1)."""
         return self.size * self.head_num * head_dim * self._b
 
     def _layout_dim(self, head_dim: int) -> int:
-        """Bytes of one token across all layers: H*D*b*L (layout_dim, pools.md §2.1-§2.3)."""
+        """Bytes of one token across all layers: H*D*b*L (layout_dim, docs/pools.md §2.1-§2.3)."""
         return self.head_num * head_dim * self._b * self.layer_num
 
     def _shape(self, head_dim: int) -> tuple[int, ...]:
-        """Dims of one K (or V) tensor for the layout (pools.md §2.1-§2.3 tables)."""
+        """Dims of one K (or V) tensor for the layout (docs/pools.md §2.1-§2.3 tables)."""
         L, H, P, N, S = self.layer_num, self.head_num, self.page_size, self.page_num, self.size
         return {
             LAYER_FIRST: (L, S, H, head_dim),
@@ -93,7 +93,8 @@ class _MHABase(PoolGeometry):
 
 
 class MHAGeometry(_MHABase):
-    """MHATokenToKVPoolHost: one allocation (2, ...) with the V half at L*S*H*D*b (pools.md §2.1).
+    """MHATokenToKVPoolHost: one allocation (2, ...) with the V half at L*S*H*D*b (docs/pools.md
+    §2.1).
 
     G = P*layout_dim for page_first and page_first_direct; None (one call) for layer_first and
     page_head, which #36798 does not cover.
@@ -120,7 +121,7 @@ class MHAGeometry(_MHABase):
             page_size,
             page_num,
             (LAYER_FIRST, PAGE_FIRST, PAGE_FIRST_DIRECT, PAGE_HEAD),
-            "pools.md §2.1",
+            "docs/pools.md §2.1",
         )
         self.token_stride_size = self.head_num * self.head_dim * self._b
         self.layout_dim = self._layout_dim(self.head_dim)
@@ -132,7 +133,8 @@ class MHAGeometry(_MHABase):
         slab = self._layer_slab(self.head_dim)
         regions: tuple[Region, ...]
         if self.layout == LAYER_FIRST:
-            # Direct io (transfer_kv_direct, pools.md §5.2) copies runs of consecutive tokens per
+            # Direct io (transfer_kv_direct, docs/pools.md §5.2) copies runs of consecutive tokens
+            # per
             # layer; a run may cross pages but never a layer slab, so the copy unit is the slab.
             granularity, copy_unit = None, slab
             parts = [(f"{half} layer {i}", slab) for half in "KV" for i in range(self.layer_num)]
@@ -155,7 +157,7 @@ class MHAGeometry(_MHABase):
     def derived(self) -> dict[str, Any]:
         return {
             "size": self.size,
-            "size_per_token": 2 * self.layout_dim,  # H*D*L*b*2 (pools.md §2.1)
+            "size_per_token": 2 * self.layout_dim,  # H*D*L*b*2 (docs/pools.md §2.1)
             "token_stride_size": self.token_stride_size,
             "layout_dim": self.layout_dim,
             "page_bytes": self.page_bytes,
@@ -164,7 +166,7 @@ class MHAGeometry(_MHABase):
 
     def _page_slots(self) -> tuple[Slot, ...]:
         if self.layout == LAYER_FIRST:
-            # pools.md §4: per layer l, K at idx*H*D*b + l*S*H*D*b, then V = K + L*S*H*D*b.
+            # docs/pools.md §4: per layer l, K at idx*H*D*b + l*S*H*D*b, then V = K + L*S*H*D*b.
             per_page = self.page_size * self.token_stride_size
             slab = self._layer_slab(self.head_dim)
             return tuple(
@@ -172,7 +174,7 @@ class MHAGeometry(_MHABase):
                 for layer in range(self.layer_num)
                 for half in (0, 1)
             )
-        # pools.md §4: K = base + idx*L*H*D*b (idx = page*P), V = K + L*S*H*D*b.
+        # docs/pools.md §4: K = base + idx*L*H*D*b (idx = page*P), V = K + L*S*H*D*b.
         return (
             Slot(0, 0, self.page_bytes, self.page_bytes),
             Slot(0, self.v_offset, self.page_bytes, self.page_bytes),
@@ -181,7 +183,7 @@ class MHAGeometry(_MHABase):
     def split_heads_page_extents(
         self, factor: int, pages: npt.ArrayLike | None = None
     ) -> PageExtents:
-        """get_split_heads_page_buffer_meta for page_head (pools.md §4): per head group h (step
+        """get_split_heads_page_buffer_meta for page_head (docs/pools.md §4): per head group h (step
         H/f) K at idx*L*H*D*b + h*P*L*D*b and V = K + L*S*H*D*b, each L*P*H*D*b/f bytes."""
         if self.layout != PAGE_HEAD:
             raise GeometryError(f"layout must be page_head for split heads, got {self.layout}")
@@ -202,7 +204,7 @@ class MHAGeometry(_MHABase):
 
 
 class KOnlyMHAGeometry(_MHABase):
-    """MHATokenToKOnlyPoolHost (MiniMax sparse index-K, no V): one k_buffer (pools.md §2.2).
+    """MHATokenToKOnlyPoolHost (MiniMax sparse index-K, no V): one k_buffer (docs/pools.md §2.2).
 
     S, N and P come from the anchor MHA host. layer_first has no page meta (§4: it raises).
     """
@@ -228,7 +230,7 @@ class KOnlyMHAGeometry(_MHABase):
             page_size,
             page_num,
             (LAYER_FIRST, PAGE_FIRST, PAGE_FIRST_DIRECT),
-            "pools.md §2.2",
+            "docs/pools.md §2.2",
         )
         self.layout_dim = self._layout_dim(self.head_dim)
         self.page_bytes = self.page_size * self.layout_dim
@@ -267,13 +269,13 @@ class KOnlyMHAGeometry(_MHABase):
     def derived(self) -> dict[str, Any]:
         return {
             "size": self.size,
-            "size_per_token": self.layout_dim,  # H*D*L*b (pools.md §2.2)
+            "size_per_token": self.layout_dim,  # H*D*L*b (docs/pools.md §2.2)
             "layout_dim": self.layout_dim,
             "page_bytes": self.page_bytes,
         }
 
     def _page_slots(self) -> tuple[Slot, ...]:
-        # pools.md §4: base + idx*L*H*D*b, size L*P*H*D*b.
+        # docs/pools.md §4: base + idx*L*H*D*b, size L*P*H*D*b.
         return (Slot(0, 0, self.page_bytes, self.page_bytes),)
 
 
@@ -281,7 +283,7 @@ class AsymmetricMHAGeometry(_MHABase):
     """AsymmetricMHATokenToKVPoolHost (head_dim != v_head_dim): two allocations, own G each.
 
     Only page_first and page_first_direct exist; upstream raises ValueError for layer_first and
-    page_head (pools.md §2.3).
+    page_head (docs/pools.md §2.3).
     """
 
     pool_type = "mha_asymmetric"
@@ -306,7 +308,7 @@ class AsymmetricMHAGeometry(_MHABase):
             page_size,
             page_num,
             (PAGE_FIRST, PAGE_FIRST_DIRECT),
-            "pools.md §2.3: upstream raises ValueError for layer_first and page_head",
+            "docs/pools.md §2.3: upstream raises ValueError for layer_first and page_head",
         )
         self.v_head_dim = check_positive_int("v_head_dim", v_head_dim)
         self.k_layout = self._layout_dim(self.head_dim)  # H*D*b*L
@@ -337,13 +339,13 @@ class AsymmetricMHAGeometry(_MHABase):
     def derived(self) -> dict[str, Any]:
         return {
             "size": self.size,
-            "size_per_token": self.k_layout + self.v_layout,  # (D+Dv)*H*L*b (pools.md §2.3)
+            "size_per_token": self.k_layout + self.v_layout,  # (D+Dv)*H*L*b (docs/pools.md §2.3)
             "k_layout": self.k_layout,
             "v_layout": self.v_layout,
         }
 
     def _page_slots(self) -> tuple[Slot, ...]:
-        # pools.md §4: K = kbase + idx*L*H*D*b, V = vbase + idx*L*H*Dv*b; for page_first_direct
+        # docs/pools.md §4: K = kbase + idx*L*H*D*b, V = vbase + idx*L*H*Dv*b; for page_first_direct
         # (idx//P)*L*P*H*D*b is the same offset for page-aligned idx.
         k_page = self.page_size * self.k_layout
         v_page = self.page_size * self.v_layout

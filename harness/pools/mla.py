@@ -1,6 +1,6 @@
 """MLA host pools: the latent KV cache (one buffer) and the NPU-only page_first_kv_split layout.
 
-Facts: pools.md §2.4 (MLATokenToKVPoolHost), §4 (get_page_buffer_meta), §5 (copy units).
+Facts: docs/pools.md §2.4 (MLATokenToKVPoolHost), §4 (get_page_buffer_meta), §5 (copy units).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class MLAGeometry(PoolGeometry):
     """MLATokenToKVPoolHost with C = override_kv_cache_dim or kv_lora_rank + qk_rope_head_dim.
 
     One buffer; G = P*layout_dim = P*L*C*b for page_first and page_first_direct (both, after the
-    PR #26691 review crash), None for layer_first (pools.md §2.4). page_first_kv_split is a
+    PR #26691 review crash), None for layer_first (docs/pools.md §2.4). page_first_kv_split is a
     different buffer set: use pool type "mla_kv_split".
     """
 
@@ -52,7 +52,7 @@ class MLAGeometry(PoolGeometry):
             self.pool_type,
             layout,
             (LAYER_FIRST, PAGE_FIRST, PAGE_FIRST_DIRECT),
-            "pools.md §2.4; page_first_kv_split is pool type mla_kv_split",
+            "docs/pools.md §2.4; page_first_kv_split is pool type mla_kv_split",
         )
         self.layer_num = check_positive_int("layer_num", layer_num)
         self.kv_lora_rank = check_positive_int("kv_lora_rank", kv_lora_rank)
@@ -75,7 +75,8 @@ class MLAGeometry(PoolGeometry):
         self.layer_slab = self.size * self.token_stride_size  # S*C*b
         L, P, N, S, C = self.layer_num, self.page_size, self.page_num, self.size, self.kv_cache_dim
         if self.layout == LAYER_FIRST:
-            # Direct io copies runs of consecutive tokens inside one layer slab (pools.md §5.2),
+            # Direct io copies runs of consecutive tokens inside one layer slab (docs/pools.md
+            # §5.2),
             # and a run may cross pages: the copy unit is the layer slab S*C*b.
             buf = BufferSpec(
                 "kv_buffer",
@@ -120,7 +121,7 @@ class MLAGeometry(PoolGeometry):
         return {
             "size": self.size,
             "kv_cache_dim": self.kv_cache_dim,
-            "size_per_token": self.layout_dim,  # C*b*L (pools.md §2.4)
+            "size_per_token": self.layout_dim,  # C*b*L (docs/pools.md §2.4)
             "token_stride_size": self.token_stride_size,
             "layout_dim": self.layout_dim,
             "page_bytes": self.page_bytes,
@@ -128,13 +129,13 @@ class MLAGeometry(PoolGeometry):
 
     def _page_slots(self) -> tuple[Slot, ...]:
         if self.layout == LAYER_FIRST:
-            # pools.md §4: per layer, base + idx*C*b + l*S*C*b, size P*C*b.
+            # docs/pools.md §4: per layer, base + idx*C*b + l*S*C*b, size P*C*b.
             per_page = self.page_size * self.token_stride_size
             return tuple(
                 Slot(0, layer * self.layer_slab, per_page, per_page)
                 for layer in range(self.layer_num)
             )
-        # pools.md §4: base + idx*L*C*b, size L*P*C*b.
+        # docs/pools.md §4: base + idx*L*C*b, size L*P*C*b.
         return (Slot(0, 0, self.page_bytes, self.page_bytes),)
 
 
@@ -142,9 +143,9 @@ class MLAKVSplitGeometry(PoolGeometry):
     """MLA page_first_kv_split (Ascend/NPU only): k, v and optional index_k / scale buffers.
 
     The NPU allocator pins with torch and never calls cudaHostRegister, so every buffer has
-    granularity None and cuda_registered False (pools.md §2.4). k_width defaults to
+    granularity None and cuda_registered False (docs/pools.md §2.4). k_width defaults to
     kv_lora_rank; for FP8 DSA it is the device pool's packed kv_cache_dim and must be given, and
-    the page meta then has no v pointer (pools.md §4).
+    the page meta then has no v pointer (docs/pools.md §4).
     """
 
     pool_type = "mla_kv_split"
@@ -195,7 +196,7 @@ class MLAKVSplitGeometry(PoolGeometry):
 
     def _make_buffers(self) -> tuple[BufferSpec, ...]:
         """k (N,L,P,1,k_width); v (N,L,P,1,rope); index_k (N,L_idx,P,1,ihd); scale (N,L_idx,P,1,1)
-        fp32 (pools.md §2.4). Transfers are whole pages, so copy_unit is one page (§4)."""
+        fp32 (docs/pools.md §2.4). Transfers are whole pages, so copy_unit is one page (§4)."""
         N, L, P, Li = self.page_num, self.layer_num, self.page_size, self.index_layer_num
         parts: list[tuple[str, tuple[int, ...], DType]] = [
             ("k_buffer", (N, L, P, 1, self.k_width), self.k_dtype),
@@ -246,7 +247,7 @@ class MLAKVSplitGeometry(PoolGeometry):
         }
 
     def derived(self) -> dict[str, Any]:
-        # pools.md §2.4: C*b*L, plus index_head_dim*b*n_idx_layers with an indexer and
+        # docs/pools.md §2.4: C*b*L, plus index_head_dim*b*n_idx_layers with an indexer and
         # 4*n_idx_layers with a scale buffer (b is the pool dtype's itemsize, as upstream).
         b = int(self.dtype.itemsize)
         spt = (self.kv_lora_rank + self.qk_rope_head_dim) * b * self.layer_num
@@ -255,7 +256,7 @@ class MLAKVSplitGeometry(PoolGeometry):
         return {"size": self.size, "size_per_token": spt, "cuda_registered": False}
 
     def _page_slots(self) -> tuple[Slot, ...]:
-        # pools.md §4: k, v unless FP8 DSA, index_k, scale; each one page of its buffer.
+        # docs/pools.md §4: k, v unless FP8 DSA, index_k, scale; each one page of its buffer.
         slots = []
         for index, buf in enumerate(self._buffers):
             if buf.name == "v_buffer" and self.fp8_dsa:

@@ -1,8 +1,7 @@
 """kvreg's pytest plugin (entry point ``kvreg``): fixtures, markers and the leak check.
 
 Loading this module imports nothing heavy (no torch, cuda-bindings or pyverbs): the fakes
-are imported when a fixture is first used, as Hypothesis keeps its plugin separate
-(spec/anchors.md §5, §9.7).
+are imported when a fixture is first used, as Hypothesis keeps its plugin separate.
 """
 
 from __future__ import annotations
@@ -67,6 +66,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kvreg-pinning", default=None, choices=["required", "optional"],
                     help="for every scenario: 'optional' also passes a register that pins "
                          "nothing, raises nothing and leaves no error pending")
+    group.addoption("--kvreg-baseline", default=None, metavar="FILE",
+                    help="known scenario failures ('<scenario id> <rule>' per line, as "
+                         "`kvreg run --write-baseline` writes): they become strict xfails")
     group.addoption("--kvreg-seed", type=int, default=0,
                     help="seed for random fault plans armed through the kvreg_faults fixture")
     parser.addini("kvreg_profile", "device profile for the fakes", default="h200-r580")
@@ -80,6 +82,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("kvreg_backend", "backend for scenarios: fake or cuda", default="fake")
     parser.addini("kvreg_pinning", "pinning for every scenario: required or optional "
                   "(default: each scenario's own)", default="")
+    parser.addini("kvreg_baseline", "baseline file of known scenario failures (relative to "
+                  "the ini file); recorded failures become strict xfails", default="")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -112,11 +116,14 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 @pytest.fixture
 def fake_cudart(request: pytest.FixtureRequest) -> Iterator[FakeCuda]:
-    """A fresh fake CUDA process; ``torch.cuda.cudart()`` and ``cuda.bindings.runtime`` reach it.
-
-    Offers ``inject(api, *, nth, error)``, ``live_registrations()``, ``trace``,
-    ``virtual(shape, dtype)``. The test fails if registrations are still live at its end,
-    unless it is marked ``kvreg_allow_leaks``.
+    """A fresh fake CUDA process (``FakeCuda``): for the test, ``torch.cuda.cudart()`` and
+    ``cuda.bindings.runtime`` reach it, even on a CPU-only torch. ``virtual(shape, dtype,
+    name=)`` makes a buffer of any size without RAM; ``track(tensor, name=)`` adopts a real
+    one; ``inject(api, nth=, error=)`` arms a failing call; ``live_registrations()``,
+    ``trace`` (``trace.codes(api)``, ``trace.format()``) and ``leak_report()`` show what
+    happened. Device profile: ``@pytest.mark.kvreg_profile("wsl2")``, ``--kvreg-profile`` or
+    ini ``kvreg_profile`` (default h200-r580). The test fails if registrations are still
+    live at its end, unless it is marked ``kvreg_allow_leaks``.
     """
     from kvreg.fakes.fake_cuda import FakeCuda
 
@@ -131,13 +138,13 @@ def fake_cudart(request: pytest.FixtureRequest) -> Iterator[FakeCuda]:
 
 @pytest.fixture
 def fake_verbs(request: pytest.FixtureRequest) -> Iterator[Fabric]:
-    """A fresh fake RDMA fabric; ``import pyverbs`` (and its submodules) reach it.
-
-    One node (``node0``) with one mlx5 NIC (``mlx5_0``). Offers ``add_device(name, profile,
-    **attrs)`` (a new NIC, or DeviceAttr overrides of an existing one), ``trace``,
-    ``faults``/``inject(api, nth=, error=)``, ``live_mrs()`` and ``add_node``. The test
-    fails if MRs are still registered at its end, unless it is marked
-    ``kvreg_allow_leaks``.
+    """A fresh fake RDMA fabric (``Fabric``): for the test, ``import pyverbs`` (and its
+    submodules, both enum generations) reach it. One node (``node0``) with one mlx5 NIC
+    (``mlx5_0``); ``add_device(name, profile, **attrs)`` adds a NIC or overrides DeviceAttr
+    values (profiles: mlx5, rxe, ionic, erdma, efa), ``add_node(name)`` another node;
+    ``inject(api, nth=, error=)`` / ``faults`` arm failures; ``live_mrs()`` and ``trace``
+    show what happened. The test fails if MRs are still registered at its end, unless it is
+    marked ``kvreg_allow_leaks``.
     """
     from kvreg.fakes.verbs import Fabric
 
@@ -149,12 +156,17 @@ def fake_verbs(request: pytest.FixtureRequest) -> Iterator[Fabric]:
 
 @pytest.fixture
 def fake_mooncake(request: pytest.FixtureRequest) -> Iterator[FakeMooncake]:
-    """A fresh fake Mooncake deployment; ``mooncake.store.MooncakeDistributedStore`` is it.
-
-    The profile comes from ``@pytest.mark.kvreg_mooncake("head")`` (default ``released``).
-    Offers ``store()``, ``track(buffer)``, ``virtual(...)``, ``inject(api, ...)``,
-    ``fabric`` (its NICs and MRs) and ``trace``. The test fails if a registered buffer is
-    never unregistered, unless it is marked ``kvreg_allow_leaks``; stores are closed after.
+    """A fresh fake Mooncake deployment (``FakeMooncake``): for the test,
+    ``mooncake.store.MooncakeDistributedStore`` is its store class. Profile:
+    ``@pytest.mark.kvreg_mooncake("head")`` (default ``released``, v0.3.12.post1). Like the
+    real one, a store from ``store()`` (or the patched class) has no client until
+    ``setup(local_hostname, metadata_server, global_segment_size, local_buffer_size,
+    protocol, rdma_devices, master_server_addr)`` returns 0: before that ``register_buffer``
+    and the other buffer calls return -600 (INVALID_PARAMS). The ``kvreg_mooncake_store``
+    fixture gives a store already set up. Also ``track(buffer)``, ``virtual(shape, dtype)``,
+    ``inject(api, nth=, error=)``, ``fabric`` (its NICs and MRs) and ``trace``. The test
+    fails if a registered buffer is never unregistered, unless it is marked
+    ``kvreg_allow_leaks``; stores are closed after the test.
     """
     from kvreg.fakes.mooncake import FakeMooncake
 
@@ -164,6 +176,21 @@ def fake_mooncake(request: pytest.FixtureRequest) -> Iterator[FakeMooncake]:
     with fake.patch():
         yield fake
     fake.close_all()
+
+
+@pytest.fixture
+def kvreg_mooncake_store(fake_mooncake: FakeMooncake) -> Any:
+    """A store of this test's ``fake_mooncake``, already set up (``setup(...)`` returned 0)
+    over RDMA on ``mlx5_0`` with a 64 MiB global segment and a 16 MiB local buffer, so
+    ``register_buffer(ptr, size)`` works at once; closed after the test.
+    """
+    store = fake_mooncake.store()
+    rc = store.setup("node0", "P2PHANDSHAKE", 64 << 20, 16 << 20, "rdma", "mlx5_0",
+                     "127.0.0.1:50051")
+    if rc != 0:
+        pytest.fail(f"kvreg_mooncake_store: the fake store's setup(...) returned {rc}",
+                    pytrace=False)
+    return store
 
 
 @pytest.hookimpl(wrapper=True)
@@ -260,21 +287,24 @@ class PoolHandle:
 
 @pytest.fixture
 def kvreg_pool(fake_cudart: FakeCuda) -> PoolFactory:
-    """Factory for KV pool buffers with their exact geometry, in this test's fake.
-
+    """Factory for KV pool buffers with their exact geometry, in this test's ``fake_cudart``:
     ``pool = kvreg_pool("mla", layout="page_first_direct", layer_num=61, kv_lora_rank=512,
-    qk_rope_head_dim=64, dtype="bfloat16", page_size=64, page_num=1000)``; then
-    ``pool.buffers``, ``pool.geometry.page_extents()``, ``pool.granularities()``.
+    qk_rope_head_dim=64, dtype="bfloat16", page_size=64, page_num=1000)`` (virtual buffers;
+    ``real=True`` for torch CPU tensors). Then ``pool.buffers``, ``for buf, spec in pool``
+    (the CUDA-registered buffers), ``pool.granularities()`` (the G the real pool passes,
+    None for one call) and ``pool.geometry.page_extents()`` (every page's byte range). Pool
+    types and parameters: ``kvreg.harness.pools`` (docs/pools.md §2).
     """
     return PoolFactory(fake_cudart)
 
 
 @pytest.fixture
 def kvreg_faults(fake_cudart: FakeCuda, request: pytest.FixtureRequest) -> Any:
-    """The fault plan of this test's fake (cleared when the test ends).
-
-    ``kvreg_faults.arm("cudart.cudaHostRegister", nth=2, error=2)``; random plans take
-    ``seed=kvreg_faults.seed`` (``--kvreg-seed``) so a failing run can be repeated.
+    """The fault plan of this test's ``fake_cudart`` (cleared when the test ends):
+    ``kvreg_faults.arm("cudart.cudaHostRegister", nth=2, error=2)``; triggers ``nth``,
+    ``after``, ``times``, a predicate on the arguments, or a probability with a seed —
+    random plans take ``seed=kvreg_faults.seed`` (``--kvreg-seed``) so a failing run can be
+    repeated; actions return an error code the API can really return, raise, or delay.
     """
     plan = fake_cudart.faults
     plan.seed = int(request.config.getoption("--kvreg-seed"))

@@ -17,18 +17,39 @@ from typing import Any
 import pytest
 
 from kvreg.harness.run.adapters import Implementation, ImplementationError, make_implementation
+from kvreg.harness.run.baseline import Baseline, BaselineError, failure_rules, load_baseline
 from kvreg.harness.run.core import run_scenario
 from kvreg.harness.run.result import ScenarioResult
 from kvreg.harness.scenario.format import Scenario, ScenarioError, bundled_root, load_file
 
-__all__ = ["KvregScenarioWarning", "ScenarioFile", "ScenarioItem", "ScenarioPlugin",
-           "scenario_paths"]
+__all__ = ["KnownScenarioFailure", "KvregScenarioWarning", "ScenarioFile", "ScenarioItem",
+           "ScenarioPlugin", "baseline_of", "scenario_paths"]
 
 BUNDLED = "bundled"
 
 
 class KvregScenarioWarning(UserWarning):
     """A scenario passed, but its report has a line to read (recovered, error-pending)."""
+
+
+def _ini_folder(config: pytest.Config) -> Path:
+    """Where relative ini values point from: the ini file's folder (else the rootdir)."""
+    return Path(config.inipath).parent if config.inipath else Path(config.rootpath)
+
+
+def baseline_of(config: pytest.Config) -> Baseline | None:
+    """The baseline from --kvreg-baseline (relative to the invocation folder) or the
+    ``kvreg_baseline`` ini value (relative to the ini file); UsageError when unreadable."""
+    option = config.getoption("--kvreg-baseline")
+    raw = option or config.getini("kvreg_baseline")
+    if not raw:
+        return None
+    base = Path(config.invocation_params.dir) if option else _ini_folder(config)
+    path = Path(raw) if Path(raw).is_absolute() else base / raw
+    try:
+        return load_baseline(path)
+    except BaselineError as exc:
+        raise pytest.UsageError(f"kvreg baseline: {exc}") from None
 
 
 def scenario_paths(config: pytest.Config) -> list[Path]:
@@ -53,6 +74,10 @@ class ScenarioFailed(Exception):
         self.result = result
 
 
+class KnownScenarioFailure(ScenarioFailed):
+    """A failure the baseline records: the item's strict xfail expects exactly this."""
+
+
 class ScenarioPlugin:
     """Collects scenario files and runs their scenarios against the configured implementation."""
 
@@ -60,16 +85,22 @@ class ScenarioPlugin:
         self.config = config
         self.paths = [p.resolve() for p in scenario_paths(config)]
         self._impl: Implementation | None = None
+        self.baseline = baseline_of(config)
         self.backend = str(config.getoption("--kvreg-backend") or
                            config.getini("kvreg_backend") or "fake")
 
     def implementation(self) -> Implementation:
         if self._impl is None:
             cfg = self.config
+            # a SPEC from the command line is relative to where pytest was started; one
+            # from the ini file, to the ini file's folder
+            base = Path(cfg.invocation_params.dir) if cfg.getoption("--kvreg-impl") \
+                else _ini_folder(cfg)
             self._impl = make_implementation(
                 cfg.getoption("--kvreg-impl") or cfg.getini("kvreg_impl") or None,
                 cfg.getoption("--kvreg-teardown") or cfg.getini("kvreg_teardown") or None,
-                cfg.getoption("--kvreg-style") or cfg.getini("kvreg_style") or None)
+                cfg.getoption("--kvreg-style") or cfg.getini("kvreg_style") or None,
+                base=base)
             pinning = cfg.getoption("--kvreg-pinning") or cfg.getini("kvreg_pinning") or None
             if pinning not in (None, "required", "optional"):
                 raise ImplementationError(f"kvreg_pinning must be 'required' or 'optional', "
@@ -145,6 +176,12 @@ class ScenarioItem(pytest.Item):
         self.backend = plugin.backend if plugin is not None else "fake"
         if self.backend == "cuda":
             self.add_marker("kvreg_gpu")
+        known = plugin.baseline.rules(scenario.id) if plugin is not None and \
+            plugin.baseline is not None else frozenset()
+        if known:
+            self.add_marker(pytest.mark.xfail(
+                strict=True, raises=KnownScenarioFailure,
+                reason=f"known failure (kvreg baseline): {', '.join(sorted(known))}"))
 
     def runtest(self) -> None:
         plugin = self.config.pluginmanager.get_plugin("kvreg-scenarios")
@@ -155,6 +192,9 @@ class ScenarioItem(pytest.Item):
         result = run_scenario(self.scenario, plugin.implementation(), backend=self.backend)
         if result.verdict == "skip":
             pytest.skip(result.reason)
+        if plugin.baseline is not None and plugin.baseline.knows(result.id,
+                                                                 failure_rules(result)):
+            raise KnownScenarioFailure(result)
         if result.verdict == "error":
             raise RuntimeError(result.reason)
         if result.verdict == "fail":

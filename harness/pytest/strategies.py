@@ -1,11 +1,22 @@
 """Hypothesis strategies for downstream property tests: geometries, chunk limits, fault plans.
 
-``from kvreg.harness.strategies import geometries, chunk_limits, fault_specs``. Geometries
-are small (a few pages of a few bytes to KiB) so that properties can be checked on real
-buffers too. The bugs live at scale, though (offsets past 2^31, single calls at the 512 GiB
-per-call ceiling of R580+ drivers), so ``huge_geometries`` draws production-shaped virtual
-pools of 1 GiB to several TiB and ``ceiling_limits`` chunk limits on both sides of the
-ceiling.
+``from kvreg.harness.strategies import geometries, chunk_limits, chunk_gb, fault_specs``:
+
+- ``geometries(pool_type=None, layout=None, groups=True)`` — valid pool geometries of every
+  type and layout (``GEOMETRIES`` maps each type to its strategy), hybrid groups included;
+  ``registered_geometries()`` — those with at least one CUDA-registered, non-empty buffer.
+- ``chunk_limits(geometry)`` — chunk limits **in bytes** (for the generic and mooncake
+  styles, and kvreg's reference): one copy unit up to past the largest buffer.
+- ``chunk_gb(geometry)`` — limits **in whole GiB** as the sglang style reads them from
+  ``SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB`` (set the variable to the drawn value).
+- ``fault_specs(points, max_rules)`` — fault plans as scenario-file tables.
+- ``huge_geometries()`` — production-shaped virtual pools of 1 GiB to several TiB, and
+  ``ceiling_limits()`` — chunk limits on both sides of the 512 GiB per-call ceiling of R580+
+  drivers: the bugs live at scale (offsets past 2^31, single calls at the ceiling).
+
+Geometries are small (a few pages of a few bytes to KiB) so that properties can be checked on
+real buffers too; the byte arithmetic is the same as for TiB pools. Every choice is drawn
+through Hypothesis, so failures replay from a shared example database (examples/README.md).
 """
 
 from __future__ import annotations
@@ -29,8 +40,8 @@ from kvreg.harness.pools import (
     PoolGeometry,
 )
 
-__all__ = ["CEILING", "GEOMETRIES", "ceiling_limits", "chunk_limits", "fault_specs",
-           "geometries", "huge_geometries", "registered_geometries"]
+__all__ = ["CEILING", "GEOMETRIES", "ceiling_limits", "chunk_gb", "chunk_limits",
+           "fault_specs", "geometries", "huge_geometries", "registered_geometries"]
 
 GiB = 1 << 30
 TiB = 1 << 40
@@ -132,7 +143,11 @@ def registered_geometries() -> st.SearchStrategy[PoolGeometry]:
 
 
 def chunk_limits(geometry: PoolGeometry) -> st.SearchStrategy[int]:
-    """Chunk limits from one copy unit up to past the largest buffer (below, at, above)."""
+    """Chunk limits in **bytes**, from one copy unit up to past the largest buffer.
+
+    Below, at and just above the largest buffer are always among the candidates. For the
+    sglang style, which takes whole GiB, draw from :func:`chunk_gb` instead.
+    """
     specs = [b for b in geometry.buffers() if b.cuda_registered and b.nbytes]
     unit = max((b.copy_unit for b in specs), default=1)
     largest = max((b.nbytes for b in specs), default=1)
@@ -140,10 +155,31 @@ def chunk_limits(geometry: PoolGeometry) -> st.SearchStrategy[int]:
                      st.sampled_from([unit, largest, largest + 1]).filter(lambda v: v >= unit))
 
 
+def chunk_gb(geometry: PoolGeometry | None = None, *, max_gb: int = 1024
+             ) -> st.SearchStrategy[int]:
+    """Chunk limits in **whole GiB** (>= 1), as ``SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB``.
+
+    With a geometry, the values that put a seam inside its largest buffer (below its size in
+    GiB) are drawn more often; small test geometries fit in one GiB, so use virtual buffers
+    of GiB sizes (``fake_cudart.virtual``) to see seams.
+    """
+    if geometry is None:
+        return st.integers(1, max_gb)
+    specs = [b for b in geometry.buffers() if b.cuda_registered and b.nbytes]
+    largest_gb = max((b.nbytes for b in specs), default=1) >> 30
+    inside = st.integers(1, max(1, min(largest_gb, max_gb)))
+    return st.one_of(inside, st.integers(1, max_gb))
+
+
 def fault_specs(points: tuple[str, ...] = ("cudart.cudaHostRegister",
                                            "cudart.cudaHostUnregister"),
                 max_rules: int = 2) -> st.SearchStrategy[list[dict[str, Any]]]:
-    """Fault plans as scenario-file tables (``FaultPlan.arm_from_dict`` accepts each)."""
+    """Fault plans as scenario-file tables (``FaultPlan.arm_from_dict`` accepts each).
+
+    Each plan has 1..``max_rules`` rules on ``points``; each rule returns an error code the
+    API can really return (never the environment codes 3, 35, 100), optionally on the
+    ``nth`` call and ``times`` times.
+    """
     from kvreg.fakes.errors import API_ERRORS
 
     def rule(point: str) -> st.SearchStrategy[dict[str, Any]]:

@@ -45,16 +45,28 @@ class ImplementationError(ValueError):
     """A SPEC that cannot be loaded, or a style that cannot run a scenario."""
 
 
-def load_callable(spec: str) -> Callable[..., Any]:
-    """``file.py:function`` or ``package.module:function`` -> the function."""
+def load_callable(spec: str, base: Path | None = None) -> Callable[..., Any]:
+    """``file.py:function`` or ``package.module:function`` -> the function.
+
+    A relative ``file.py`` is resolved against ``base`` (the current folder by default: the
+    CLI; the ini file's folder: the plugin), and its folder goes first on ``sys.path``, as
+    ``python file.py`` would put it, so the file can import its neighbours.
+    """
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr:
         raise ImplementationError(f"--impl {spec!r}: expected file.py:function or "
                                   "package.module:function")
     if target.endswith(".py"):
         path = Path(target)
+        if not path.is_absolute():
+            path = (base or Path.cwd()) / path
         if not path.is_file():
-            raise ImplementationError(f"--impl {spec!r}: no such file {target}")
+            raise ImplementationError(f"--impl {spec!r}: no such file {path}")
+        path = path.resolve()
+        folder = str(path.parent)
+        if folder in sys.path:
+            sys.path.remove(folder)
+        sys.path.insert(0, folder)
         name = f"kvreg_user_{abs(hash(str(path.resolve())))}"
         module = sys.modules.get(name)
         if module is None:
@@ -182,8 +194,13 @@ class Implementation:
 
 
 def make_implementation(impl: str | None = None, teardown: str | None = None,
-                        style: str | None = None) -> Implementation:
-    """Build an Implementation from CLI/ini values (all None: kvreg's reference)."""
+                        style: str | None = None, *, base: Path | None = None
+                        ) -> Implementation:
+    """Build an Implementation from CLI/ini values (all None: kvreg's reference).
+
+    ``base`` is the folder relative ``file.py`` specs are resolved against (default: the
+    current folder).
+    """
     if impl is None:
         if teardown is not None:
             raise ImplementationError("--teardown needs --impl")
@@ -194,7 +211,7 @@ def make_implementation(impl: str | None = None, teardown: str | None = None,
     if style not in STYLES or style == "reference":
         raise ImplementationError(f"--style must be one of sglang, generic, mooncake, ctypes, "
                                   f"driver; got {style!r}")
-    register_fn = load_callable(impl)
+    register_fn = load_callable(impl, base)
     if teardown == "close":
         if style != "mooncake":
             raise ImplementationError("--teardown close closes a Mooncake store: it needs "
@@ -203,5 +220,5 @@ def make_implementation(impl: str | None = None, teardown: str | None = None,
     if teardown is None:
         module_name, _, _ = impl.rpartition(":")
         teardown = f"{module_name}:teardown"
-    teardown_fn = load_callable(teardown)
+    teardown_fn = load_callable(teardown, base)
     return Implementation(style, impl, register_fn, teardown_fn)

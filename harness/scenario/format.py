@@ -159,7 +159,8 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
     ctx.where = f"scenario[{index}] ({name}): "
     guards = merged.get("guards")
     if not isinstance(guards, str) or len(guards.strip()) < 10:
-        ctx.fail("guards", "one line saying which real failure this guards against", guards)
+        ctx.fail("guards", "one line of at least 10 characters saying which real failure this "
+                 "guards against, with its upstream reference", guards)
     pool_type = pool.get("type")
     params = dict(pool.get("params", {}))
     extra = merged.get("params", {})
@@ -270,9 +271,11 @@ def load_file(path: Path, root: Path | None = None) -> list[Scenario]:
     path = Path(path)
     ctx = _Ctx(path)
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{path}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{path}: not UTF-8 text, so not a scenario file (TOML)") from None
     except OSError as exc:
         raise ScenarioError(f"{path}: cannot read: {exc.strerror}") from None
     _unknown(ctx, data, _TOP_KEYS, "top-level")
@@ -343,7 +346,10 @@ def discover(paths: Iterable[Path]) -> list[tuple[Path, Path]]:
     for p in paths:
         p = Path(p)
         if p.is_dir():
-            found += [(f, p) for f in sorted(p.rglob("*.toml"))]
+            files = sorted(p.rglob("*.toml"))
+            if not files:
+                raise ScenarioError(f"{p}: no scenario files (*.toml) under this folder")
+            found += [(f, p) for f in files]
         elif p.exists():
             found.append((p, p.parent))
         else:

@@ -21,11 +21,34 @@ def test_planted_bug_is_caught_with_page_and_seam() -> None:
     assert "FAILED kv_scenarios/our_pool.toml::our_pool/production-size" in text
     assert ("[transfer-failed] page 238 of kv_buffer [1070383104, 1074880512) spans "
             "registrations at offset 1073741824") in text
-    # the project's own unit tests and the rollback scenario still pass
-    assert "3 passed" in text and "1 failed" in text
+    # the project's own unit tests, its lifecycle machine and the rollback scenario pass
+    assert "4 passed" in text and "1 failed" in text
 
 
 def test_the_fixed_implementation_passes() -> None:
     out = _pytest("--kvreg-impl", "mypool_fixed.py:register")
     assert out.returncode == 0, out.stdout[-2000:]
-    assert "4 passed" in out.stdout
+    assert "5 passed" in out.stdout
+
+
+def test_the_fixed_implementation_passes_the_whole_bundled_catalog() -> None:
+    """The guide's claim: slab seams where the pool passes no G fix every CUDA scenario."""
+    out = subprocess.run([sys.executable, "-m", "kvreg.harness.cli", "run", "bundled",
+                          "kv_scenarios", "--impl", "mypool_fixed.py:register", "-j", "2"],
+                         cwd=EXAMPLE, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    last = out.stdout.strip().splitlines()[-1]
+    assert " 0 failed" in last and "errors" not in last, last
+
+
+def test_the_committed_baseline_records_the_planted_bug() -> None:
+    from kvreg.harness.run.baseline import load_baseline
+
+    baseline = load_baseline(EXAMPLE / "kvreg-baseline.txt")
+    assert baseline.rules("our_pool/production-size") == {"transfer-failed"}
+    out = subprocess.run([sys.executable, "-m", "kvreg.harness.cli", "run", "kv_scenarios",
+                          "--impl", "mypool.py:register", "--baseline", "kvreg-baseline.txt"],
+                         cwd=EXAMPLE, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:]
+    assert "1 scenario(s) fail as recorded, 0 new failure(s), 0 recorded failure(s) gone" \
+        in out.stdout

@@ -1,4 +1,4 @@
-"""The simulated address space: virtual buffers and real ones (spec/cuda-runtime.md §11.1, §2.2)."""
+"""The simulated address space: virtual buffers and real ones (docs/cuda-runtime.md §11.1, §2.2)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ GiB, TiB = 1 << 30, 1 << 40
 
 
 def test_virtual_buffers_are_non_canonical_and_never_touch() -> None:
-    # spec cuda-runtime.md §11.1 interval model: fake registrations of virtual pools must never
+    # docs/cuda-runtime.md §11.1 interval model: fake registrations of virtual pools must never
     # alias real memory, and separate buffers must not be adjacent (else §5.4 "spans" applies)
     space = AddressSpace()
     a = space.virtual(3 * GiB, "uint8", name="a")
@@ -30,7 +30,7 @@ def test_virtual_buffers_are_non_canonical_and_never_touch() -> None:
 
 
 def test_huge_virtual_buffer_costs_no_ram_and_registers_in_chunks() -> None:
-    # spec cuda-runtime.md §2.2 "A single call of 512 GiB or more" -> 2; chunked succeeds
+    # docs/cuda-runtime.md §2.2 "A single call of 512 GiB or more" -> 2; chunked succeeds
     fake = FakeCuda()
     pool = fake.virtual((4, TiB), "uint8", name="huge")
     assert pool.nbytes == 4 * TiB
@@ -44,7 +44,7 @@ def test_huge_virtual_buffer_costs_no_ram_and_registers_in_chunks() -> None:
 
 
 def test_owner_and_describe() -> None:
-    # spec cuda-runtime.md §11: traces name buffers, so reports say where a pointer is
+    # docs/cuda-runtime.md §11: traces name buffers, so reports say where a pointer is
     space = AddressSpace()
     t = space.virtual((2, 1024), "float32", name="kv")
     base = t.data_ptr()
@@ -57,7 +57,7 @@ def test_owner_and_describe() -> None:
 
 
 def test_virtual_tensor_surface() -> None:
-    # spec pools.md §3: the SGLang test's buffer exposes data_ptr(), numel(), element_size()
+    # docs/pools.md §3: the SGLang test's buffer exposes data_ptr(), numel(), element_size()
     t = VirtualTensor(VIRTUAL_BASE, (2, 3, 4), "bfloat16")
     assert t.numel() == 24 and t.element_size() == 2 and t.nbytes == 48
     assert t.stride() == (12, 4, 1) and t.dim() == 3 and t.size(1) == 3
@@ -76,7 +76,7 @@ def test_virtual_tensor_surface() -> None:
 
 
 def test_track_real_buffers() -> None:
-    # spec cuda-runtime.md §9: buffers give their address
+    # docs/cuda-runtime.md §9: buffers give their address
     fake = FakeCuda()
     arr = np.zeros(100, np.float32)
     fake.track(arr, name="scratch")
@@ -103,7 +103,7 @@ def test_unknown_dtype_rejected() -> None:
 
 
 def test_leak_report_names_the_buffer() -> None:
-    # spec cuda-runtime.md §2.2 "Memory registered this way must be released with
+    # docs/cuda-runtime.md §2.2 "Memory registered this way must be released with
     # cudaHostUnregister" [DOC]: the fake reports what was not
     fake = FakeCuda()
     base = fake.virtual(8 << 20, name="kv_pool").data_ptr()

@@ -1,6 +1,6 @@
 """Rejected arguments: the real faces' exception types, and no change to the fake's state.
 
-spec/cuda-runtime.md §7 (pybind11 conversion: TypeError), §9 (cuda-python conversion: TypeError
+docs/cuda-runtime.md §7 (pybind11 conversion: TypeError), §9 (cuda-python conversion: TypeError
 for pointers, OverflowError for sizes and flags), §5.3 (batch lists: RuntimeError "List is too
 small", TypeError for wrong element types).
 """
@@ -49,7 +49,7 @@ def _busy_fake() -> tuple[FakeCuda, int]:
     return fake, base
 
 
-# spec cuda-runtime.md §7 "negative ints, ints of 2^64 or more, None and floats all raise
+# docs/cuda-runtime.md §7 "negative ints, ints of 2^64 or more, None and floats all raise
 # TypeError for the uintptr_t and size_t parameters" [OBS-local]
 TORCH_CASES: list[tuple[str, Callable[[Any, int], Any]]] = [
     ("register negative ptr", lambda t, b: t.cudaHostRegister(-4096, MiB, 0)),
@@ -78,7 +78,7 @@ TORCH_CASES: list[tuple[str, Callable[[Any, int], Any]]] = [
 @pytest.mark.parametrize("case", TORCH_CASES, ids=[c[0] for c in TORCH_CASES])
 def test_torch_face_rejects_with_type_error_and_changes_nothing(
         case: tuple[str, Callable[[Any, int], Any]]) -> None:
-    # spec cuda-runtime.md §7 argument conversion [OBS-local]
+    # docs/cuda-runtime.md §7 argument conversion [OBS-local]
     fake, base = _busy_fake()
     before = _snapshot(fake)
     with pytest.raises(TypeError):
@@ -104,8 +104,9 @@ def _batch(mod: Any, **over: Any) -> Any:
                                     args["stream"])
 
 
-# (id, call on a module, expected exception type) — spec §9 [OBS-local] conversion rules and
-# spec §5.3 "Python-side checks happen before the C call" [OBS-local]
+# (id, call on a module, expected exception type) — docs/cuda-runtime.md §9 [OBS-local] conversion
+# rules and
+# docs/cuda-runtime.md §5.3 "Python-side checks happen before the C call" [OBS-local]
 CUDA_CASES: list[tuple[str, Callable[[Any], Any], type[BaseException]]] = [
     ("register str ptr", lambda m: m.cudaHostRegister("0x10000", 4096, 0), TypeError),
     ("register negative ptr", lambda m: m.cudaHostRegister(-1, 4096, 0), TypeError),
@@ -160,7 +161,7 @@ CUDA_CASES: list[tuple[str, Callable[[Any], Any], type[BaseException]]] = [
 @pytest.mark.parametrize("case", CUDA_CASES, ids=[c[0] for c in CUDA_CASES])
 def test_cuda_python_face_rejects_and_changes_nothing(
         case: tuple[str, Callable[[Any], Any], type[BaseException]]) -> None:
-    # spec cuda-runtime.md §9 argument conversion [OBS-local]; §5.3 Python-side checks
+    # docs/cuda-runtime.md §9 argument conversion [OBS-local]; §5.3 Python-side checks
     fake, _ = _busy_fake()
     before = _snapshot(fake)
     with pytest.raises(case[2]):
@@ -170,7 +171,7 @@ def test_cuda_python_face_rejects_and_changes_nothing(
 
 @pytest.mark.parametrize("use_real_types", [True, False], ids=["real-types", "fallback-types"])
 def test_fallback_types_reject_the_same_way(use_real_types: bool) -> None:
-    # spec cuda-runtime.md §9: the fallback types must not change conversion behaviour
+    # docs/cuda-runtime.md §9: the fallback types must not change conversion behaviour
     fake = FakeCuda(use_real_types=use_real_types)
     for _, call, exc in CUDA_CASES:
         with pytest.raises(exc):
@@ -191,13 +192,14 @@ def real_runtime() -> Any:
 @pytest.mark.parametrize("case", CUDA_CASES, ids=[c[0] for c in CUDA_CASES])
 def test_same_exception_type_as_the_real_binding(
         real_runtime: Any, case: tuple[str, Callable[[Any], Any], type[BaseException]]) -> None:
-    # spec cuda-runtime.md §9 [OBS-local]: the fake's conversions are the binding's; the real
+    # docs/cuda-runtime.md §9 [OBS-local]: the fake's conversions are the binding's; the real
     # binding converts before it reaches the (absent) driver, so it is its own oracle
     with pytest.raises(case[2]):
         case[1](real_runtime)
 
 
-# (id, call, expected result code) for inputs the real binding accepts — spec §9 "accepts
+# (id, call, expected result code) for inputs the real binding accepts — docs/cuda-runtime.md §9
+# "accepts
 # several of these" [OBS-local]
 ACCEPTED: list[tuple[str, Callable[[Any], Any]]] = [
     ("float ptr", lambda m: m.cudaHostRegister(float(P), 4096, 0)),
@@ -216,14 +218,14 @@ ACCEPTED: list[tuple[str, Callable[[Any], Any]]] = [
 @pytest.mark.parametrize("case", ACCEPTED, ids=[c[0] for c in ACCEPTED])
 def test_lenient_inputs_are_accepted_like_the_real_binding(
         real_runtime: Any, case: tuple[str, Callable[[Any], Any]]) -> None:
-    # spec cuda-runtime.md §9 lenient conversion [OBS-local]; with no driver both return 35
+    # docs/cuda-runtime.md §9 lenient conversion [OBS-local]; with no driver both return 35
     fake = FakeCuda("no-driver")
     assert int(case[1](real_runtime)[0]) == 35
     assert int(case[1](fake.runtime)[0]) == 35
 
 
 def test_armed_fault_does_not_mask_a_type_error() -> None:
-    # spec cuda-runtime.md §7 argument conversion [OBS-local]: the exception comes first
+    # docs/cuda-runtime.md §7 argument conversion [OBS-local]: the exception comes first
     fake = FakeCuda()
     fake.inject("cudaHostRegister", nth=1, error=1)
     with pytest.raises(TypeError):

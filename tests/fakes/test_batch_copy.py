@@ -1,4 +1,4 @@
-"""cudaMemcpyBatchAsync (spec/cuda-runtime.md §5.3, §5.4, §4 WSL2 row, §11.3)."""
+"""cudaMemcpyBatchAsync (docs/cuda-runtime.md §5.3, §5.4, §4 WSL2 row, §11.3)."""
 
 from __future__ import annotations
 
@@ -54,11 +54,11 @@ class Rig:
         return fault.describe()
 
 
-# -- host-side classification (spec §5.1 applies to the batch API) -------------------------
+# -- host-side classification (docs/cuda-runtime.md §5.1 applies to the batch API) -----------------
 
 @pytest.mark.parametrize("d2h", [False, True])
 def test_wholly_registered_and_wholly_pageable_are_ok(d2h: bool) -> None:
-    # spec cuda-runtime.md §5.3 "The \note_memcpy rule of 5.1 applies" [DOC]; §11.3
+    # docs/cuda-runtime.md §5.3 "The \note_memcpy rule of 5.1 applies" [DOC]; §11.3
     rig = Rig()
     res = rig.batch([0, PAGE, 2 * MiB, 5 * MiB], [PAGE, MiB, 2 * MiB, MiB], d2h=d2h)
     assert res == (rig.rt.cudaError_t.cudaSuccess,)
@@ -67,7 +67,7 @@ def test_wholly_registered_and_wholly_pageable_are_ok(d2h: bool) -> None:
 
 @pytest.mark.parametrize("d2h", [False, True])
 def test_mixed_entry_gives_invalid_value_and_names_the_copy(d2h: bool) -> None:
-    # spec cuda-runtime.md §5.1 mixed registered + unregistered -> 1 [DOC]
+    # docs/cuda-runtime.md §5.1 mixed registered + unregistered -> 1 [DOC]
     rig = Rig()
     (err,) = rig.batch([0, 5 * MiB, 4 * MiB - PAGE], [PAGE, PAGE, 2 * PAGE], d2h=d2h)
     assert int(err) == 1
@@ -80,7 +80,7 @@ def test_mixed_entry_gives_invalid_value_and_names_the_copy(d2h: bool) -> None:
 
 
 def test_spanning_entry_rejected_by_default_and_names_both_registrations() -> None:
-    # spec cuda-runtime.md §5.4 "Status: UNVERIFIED, plausible" [UNC]; §11.3 conservative 1
+    # docs/cuda-runtime.md §5.4 "Status: UNVERIFIED, plausible" [UNC]; §11.3 conservative 1
     rig = Rig()
     (err,) = rig.batch([0, 2 * MiB - PAGE], [PAGE, 2 * PAGE])
     assert int(err) == 1
@@ -92,7 +92,7 @@ def test_spanning_entry_rejected_by_default_and_names_both_registrations() -> No
 
 
 def test_spanning_entry_allowed_by_profile() -> None:
-    # spec cuda-runtime.md §5.4 [UNC]; profile copy_across_registrations="allow"
+    # docs/cuda-runtime.md §5.4 [UNC]; profile copy_across_registrations="allow"
     rig = Rig(PROFILES["h200-r580"].replace(copy_across_registrations="allow"))
     (err,) = rig.batch([0, 2 * MiB - PAGE], [PAGE, 2 * PAGE])
     assert int(err) == 0
@@ -101,7 +101,7 @@ def test_spanning_entry_allowed_by_profile() -> None:
 
 
 def test_first_faulty_copy_is_reported() -> None:
-    # spec cuda-runtime.md §5.3 failIdx "the index of the offending copy" [DOC]
+    # docs/cuda-runtime.md §5.3 failIdx "the index of the offending copy" [DOC]
     rig = Rig()
     (err,) = rig.batch([0, PAGE, 2 * MiB - PAGE, 4 * MiB - PAGE],
                        [PAGE, PAGE, 2 * PAGE, 2 * PAGE])
@@ -110,7 +110,7 @@ def test_first_faulty_copy_is_reported() -> None:
 
 
 def test_numpy_arrays_are_accepted_for_large_batches() -> None:
-    # spec cuda-runtime.md §5.3 "the pointers may be ints or buffer objects" [OBS-local]
+    # docs/cuda-runtime.md §5.3 "the pointers may be ints or buffer objects" [OBS-local]
     rig = Rig()
     n = 1024
     offs = np.arange(n, dtype=np.uint64) * PAGE
@@ -126,10 +126,10 @@ def test_numpy_arrays_are_accepted_for_large_batches() -> None:
     assert rig.fake.cuda_runtime.last_copy_fault.index == n // 2 - 1
 
 
-# -- the validity rules (spec §5.3) -----------------------------------------------------------
+# -- the validity rules (docs/cuda-runtime.md §5.3) ------------------------------------------------
 
 def test_src_access_order_invalid_default_is_rejected() -> None:
-    # spec cuda-runtime.md §5.3 "Invalid = 0 (the default, and rejected)" [DOC]
+    # docs/cuda-runtime.md §5.3 "Invalid = 0 (the default, and rejected)" [DOC]
     rig = Rig()
     default = rig.rt.cudaMemcpyAttributes()
     assert int(default.srcAccessOrder) == 0
@@ -147,7 +147,7 @@ def test_src_access_order_invalid_default_is_rejected() -> None:
 ])
 def test_bad_attrs_layout_gives_invalid_value(label: str, count: int, idxs: list[int],
                                               n_attrs: int) -> None:
-    # spec cuda-runtime.md §5.3 "attrsIdxs[0] must be 0; the entries must strictly increase and
+    # docs/cuda-runtime.md §5.3 "attrsIdxs[0] must be 0; the entries must strictly increase and
     # the last must be less than count; numAttrs must not exceed count" [DOC]
     rig = Rig()
     offs = [i * PAGE for i in range(count)]
@@ -158,7 +158,7 @@ def test_bad_attrs_layout_gives_invalid_value(label: str, count: int, idxs: list
 
 
 def test_good_multi_attr_layout_succeeds() -> None:
-    # spec cuda-runtime.md §5.3 validity rules, the legal counterpart [DOC]
+    # docs/cuda-runtime.md §5.3 validity rules, the legal counterpart [DOC]
     rig = Rig()
     attrs = [rig.attrs(1), rig.attrs(3)]
     (err,) = rig.batch([0, PAGE, 2 * PAGE], [PAGE] * 3, attrs=attrs, idxs=[0, 2])
@@ -166,7 +166,7 @@ def test_good_multi_attr_layout_succeeds() -> None:
 
 
 def test_one_bad_order_among_attrs_is_rejected() -> None:
-    # spec cuda-runtime.md §5.3 "Every copy needs an attribute entry with a valid
+    # docs/cuda-runtime.md §5.3 "Every copy needs an attribute entry with a valid
     # srcAccessOrder" [DOC]
     rig = Rig()
     bad = rig.rt.cudaMemcpyAttributes()
@@ -176,7 +176,7 @@ def test_one_bad_order_among_attrs_is_rejected() -> None:
 
 @pytest.mark.parametrize("stream", [0, None, 1])
 def test_legacy_null_stream_is_rejected(stream: Any) -> None:
-    # spec cuda-runtime.md §5.3 "The stream must not be the legacy NULL stream" [DOC];
+    # docs/cuda-runtime.md §5.3 "The stream must not be the legacy NULL stream" [DOC];
     # "stream=None becomes 0, the legacy NULL stream" [OBS-local]; cudaStreamLegacy == 1
     rig = Rig()
     (err,) = rig.batch([0], [PAGE], stream=stream)
@@ -185,7 +185,7 @@ def test_legacy_null_stream_is_rejected(stream: Any) -> None:
 
 
 def test_per_thread_default_stream_is_accepted() -> None:
-    # spec cuda-runtime.md §5.3 "accepts the per-thread default stream" [DOC] (cuda.core docs)
+    # docs/cuda-runtime.md §5.3 "accepts the per-thread default stream" [DOC] (cuda.core docs)
     rig = Rig()
     (err,) = rig.batch([0], [PAGE], stream=rig.rt.cudaStreamPerThread)
     assert int(err) == 0
@@ -193,7 +193,7 @@ def test_per_thread_default_stream_is_accepted() -> None:
 
 @pytest.mark.parametrize("which", ["zero size", "NULL src", "NULL dst"])
 def test_zero_size_or_null_entry_is_rejected(which: str) -> None:
-    # spec cuda-runtime.md §5.3 "Zero-byte or NULL entries are rejected" [OBS-ext] rmm #2509
+    # docs/cuda-runtime.md §5.3 "Zero-byte or NULL entries are rejected" [OBS-ext] rmm #2509
     rig = Rig()
     dsts = [rig.dev, rig.dev + PAGE]
     srcs = [rig.base, rig.base + PAGE]
@@ -212,14 +212,14 @@ def test_zero_size_or_null_entry_is_rejected(which: str) -> None:
 
 
 def test_count_zero_is_rejected() -> None:
-    # spec cuda-runtime.md §5.3 "numAttrs must not exceed count" (count 0 < numAttrs 1) [DOC]
+    # docs/cuda-runtime.md §5.3 "numAttrs must not exceed count" (count 0 < numAttrs 1) [DOC]
     rig = Rig()
     assert int(rig.batch([0], [PAGE], count=0)[0]) == 1
 
 
 @pytest.mark.parametrize("short", ["dsts", "srcs", "sizes", "attrs", "attrsIdxs"])
 def test_count_greater_than_list_raises(short: str) -> None:
-    # spec cuda-runtime.md §5.3 "If count exceeds the length of any list, the binding raises
+    # docs/cuda-runtime.md §5.3 "If count exceeds the length of any list, the binding raises
     # RuntimeError("List is too small: …")" [OBS-local]
     rig = Rig()
     args: dict[str, Any] = {"dsts": [rig.dev] * 2, "srcs": [rig.base] * 2,
@@ -234,10 +234,10 @@ def test_count_greater_than_list_raises(short: str) -> None:
     assert int(rig.rt.cudaPeekAtLastError()[0]) == 0
 
 
-# -- return arity and driver version (spec §5.3, §9) --------------------------------------------
+# -- return arity and driver version (docs/cuda-runtime.md §5.3, §9) -------------------------------
 
 def test_13x_signature_returns_err_only() -> None:
-    # spec cuda-runtime.md §5.3 "13.x returns (cudaError_t,)" [OBS-local]
+    # docs/cuda-runtime.md §5.3 "13.x returns (cudaError_t,)" [OBS-local]
     rig = Rig("h200-r580")
     ok = rig.batch([0], [PAGE])
     bad = rig.batch([0], [PAGE], stream=0)
@@ -246,7 +246,7 @@ def test_13x_signature_returns_err_only() -> None:
 
 
 def test_12x_signature_returns_fail_idx_none_on_error() -> None:
-    # spec cuda-runtime.md §5.3 "12.9.x returns (cudaError_t, failIdx). On a non-success result,
+    # docs/cuda-runtime.md §5.3 "12.9.x returns (cudaError_t, failIdx). On a non-success result,
     # failIdx is None" [OBS-local]
     rig = Rig("h100-r575")
     assert rig.fake.profile.bindings_major == 12
@@ -260,7 +260,7 @@ def test_12x_signature_returns_fail_idx_none_on_error() -> None:
 
 
 def test_12x_injected_error_keeps_the_arity() -> None:
-    # spec cuda-runtime.md §9 "A compatibility shim must handle both" arities [DOC]/[INF]
+    # docs/cuda-runtime.md §9 "A compatibility shim must handle both" arities [DOC]/[INF]
     rig = Rig("h100-r575")
     rig.fake.inject("cudaMemcpyBatchAsync", nth=1, error=1)
     err, fail_idx = rig.batch([0], [PAGE])
@@ -268,7 +268,7 @@ def test_12x_injected_error_keeps_the_arity() -> None:
 
 
 def test_old_driver_gives_36() -> None:
-    # spec cuda-runtime.md §5.3 "A 12.8+ toolkit on an older driver ... keys the fallback on
+    # docs/cuda-runtime.md §5.3 "A 12.8+ toolkit on an older driver ... keys the fallback on
     # cudaErrorCallRequiresNewerDriver (36)" [OBS-ext]; §1 row 36
     rig = Rig("old-driver-12.2")
     err, fail_idx = rig.batch([0], [PAGE])
@@ -278,10 +278,10 @@ def test_old_driver_gives_36() -> None:
     assert int(rig.rt.cudaMemcpyAsync(rig.dev, rig.base, PAGE, 1, rig.stream)[0]) == 0
 
 
-# -- WSL2: raw host VA of registered memory (spec §4, §10 sglang #40232) -------------------------
+# -- WSL2: raw host VA of registered memory (docs/cuda-runtime.md §4, §10 sglang #40232) -----------
 
 def test_wsl2_raw_host_va_poisons_the_context_asynchronously() -> None:
-    # spec cuda-runtime.md §4 "Passing raw host VAs of registered memory to cudaMemcpyBatchAsync
+    # docs/cuda-runtime.md §4 "Passing raw host VAs of registered memory to cudaMemcpyBatchAsync
     # there caused asynchronous 700 illegal address" [OBS-ext]; §1 row 700 "sticky"
     rig = Rig("wsl2")
     rt = rig.rt
@@ -301,7 +301,7 @@ def test_wsl2_raw_host_va_poisons_the_context_asynchronously() -> None:
 
 
 def test_wsl2_device_alias_in_batch_is_fine() -> None:
-    # spec cuda-runtime.md §10 sglang PR #40233 "Pass device aliases" [OBS-ext]
+    # docs/cuda-runtime.md §10 sglang PR #40233 "Pass device aliases" [OBS-ext]
     rig = Rig("wsl2")
     rt = rig.rt
     _, alias = rt.cudaHostGetDevicePointer(rig.base, 0)
@@ -313,7 +313,7 @@ def test_wsl2_device_alias_in_batch_is_fine() -> None:
 
 
 def test_wsl2_pageable_memory_in_batch_is_fine() -> None:
-    # spec cuda-runtime.md §4 WSL2 row concerns registered memory only [OBS-ext]
+    # docs/cuda-runtime.md §4 WSL2 row concerns registered memory only [OBS-ext]
     rig = Rig("wsl2")
     (err,) = rig.batch([5 * MiB], [PAGE])
     assert int(err) == 0
@@ -321,7 +321,7 @@ def test_wsl2_pageable_memory_in_batch_is_fine() -> None:
 
 
 def test_wsl2_cudamemcpyasync_stays_healthy() -> None:
-    # spec cuda-runtime.md §4 "cudaMemcpyAsync translated them correctly" [OBS-ext]
+    # docs/cuda-runtime.md §4 "cudaMemcpyAsync translated them correctly" [OBS-ext]
     rig = Rig("wsl2")
     assert int(rig.rt.cudaMemcpyAsync(rig.dev, rig.base, PAGE, 1, rig.stream)[0]) == 0
     assert int(rig.rt.cudaDeviceSynchronize()[0]) == 0

@@ -1,4 +1,4 @@
-"""cudaMemcpyAsync against registered memory (spec/cuda-runtime.md §5.1, §5.2, §5.4, §11.3)."""
+"""cudaMemcpyAsync against registered memory (docs/cuda-runtime.md §5.1, §5.2, §5.4, §11.3)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ class Rig:
 @pytest.mark.parametrize("copy", ["h2d", "d2h"])
 @pytest.mark.parametrize("kind", ["explicit", "default"])
 def test_wholly_registered_is_ok(copy: str, kind: str) -> None:
-    # spec cuda-runtime.md §5.2 "A host range fully inside one registration runs as
+    # docs/cuda-runtime.md §5.2 "A host range fully inside one registration runs as
     # asynchronous DMA" [DOC]; §11.3
     rig = Rig()
     k = DEFAULT if kind == "default" else (H2D if copy == "h2d" else D2H)
@@ -47,7 +47,7 @@ def test_wholly_registered_is_ok(copy: str, kind: str) -> None:
 
 @pytest.mark.parametrize("copy", ["h2d", "d2h"])
 def test_wholly_pageable_is_ok(copy: str) -> None:
-    # spec cuda-runtime.md §5.2 "A host range that is fully pageable is staged" [DOC]
+    # docs/cuda-runtime.md §5.2 "A host range that is fully pageable is staged" [DOC]
     rig = Rig()
     assert getattr(rig, copy)(5 * MiB, MiB) == 0
     assert rig.fake.cuda_runtime.last_copy_fault is None
@@ -60,7 +60,7 @@ def test_wholly_pageable_is_ok(copy: str) -> None:
 ])
 @pytest.mark.parametrize("copy", ["h2d", "d2h"])
 def test_mixed_range_gives_invalid_value(copy: str, label: str, off: int, size: int) -> None:
-    # spec cuda-runtime.md §5.1 `\note_memcpy`: "Regions that span allocations which are both
+    # docs/cuda-runtime.md §5.1 `\note_memcpy`: "Regions that span allocations which are both
     # registered and not registered are unsupported and return CUDA_ERROR_INVALID_VALUE" [DOC]
     rig = Rig()
     assert getattr(rig, copy)(off, size) == 1, label
@@ -71,7 +71,7 @@ def test_mixed_range_gives_invalid_value(copy: str, label: str, off: int, size: 
 
 
 def test_spanning_two_registrations_rejected_by_default() -> None:
-    # spec cuda-runtime.md §5.4 [UNC] "a copied page spanning two registration intervals";
+    # docs/cuda-runtime.md §5.4 [UNC] "a copied page spanning two registration intervals";
     # §11.3 "a conservative default is 1"; profile copy_across_registrations="reject"
     rig = Rig()
     assert rig.fake.profile.copy_across_registrations == "reject"
@@ -85,7 +85,7 @@ def test_spanning_two_registrations_rejected_by_default() -> None:
 
 
 def test_spanning_two_registrations_allowed_by_profile() -> None:
-    # spec cuda-runtime.md §5.4 [UNC]; profile copy_across_registrations="allow"
+    # docs/cuda-runtime.md §5.4 [UNC]; profile copy_across_registrations="allow"
     rig = Rig(PROFILES["h200-r580"].replace(copy_across_registrations="allow"))
     assert rig.h2d(2 * MiB - PAGE, 2 * PAGE) == 0
     assert rig.h2d(0, 4 * MiB) == 0
@@ -94,7 +94,7 @@ def test_spanning_two_registrations_allowed_by_profile() -> None:
 
 
 def test_spanning_is_only_about_adjacent_registrations() -> None:
-    # spec cuda-runtime.md §5.1: a gap between registrations makes the range mixed [DOC]
+    # docs/cuda-runtime.md §5.1: a gap between registrations makes the range mixed [DOC]
     rig = Rig(PROFILES["h200-r580"].replace(copy_across_registrations="allow"))
     assert int(rig.rt.cudaHostRegister(rig.base + 4 * MiB + PAGE, MiB, 0)[0]) == 0
     assert rig.h2d(4 * MiB - PAGE, 3 * PAGE) == 1
@@ -102,7 +102,7 @@ def test_spanning_is_only_about_adjacent_registrations() -> None:
 
 
 def test_memcpy_async_raw_host_va_is_fine_under_wsl2() -> None:
-    # spec cuda-runtime.md §4 "cudaMemcpyAsync translated them correctly" [OBS-ext] (WSL2)
+    # docs/cuda-runtime.md §4 "cudaMemcpyAsync translated them correctly" [OBS-ext] (WSL2)
     rig = Rig("wsl2")
     assert rig.h2d(0, MiB) == 0
     assert int(rig.rt.cudaStreamSynchronize(rig.stream)[0]) == 0
@@ -110,19 +110,19 @@ def test_memcpy_async_raw_host_va_is_fine_under_wsl2() -> None:
 
 
 def test_zero_byte_memcpy_async_succeeds() -> None:
-    # spec cuda-runtime.md §5.2: nothing to copy, nothing to classify
+    # docs/cuda-runtime.md §5.2: nothing to copy, nothing to classify
     rig = Rig()
     assert rig.h2d(4 * MiB - PAGE, 0) == 0
 
 
 def test_bad_direction_gives_21() -> None:
-    # spec cuda-runtime.md §1 row 21 cudaErrorInvalidMemcpyDirection [DOC]
+    # docs/cuda-runtime.md §1 row 21 cudaErrorInvalidMemcpyDirection [DOC]
     rig = Rig()
     assert rig.h2d(0, PAGE, kind=9) == 21
 
 
 def test_device_side_must_hold_the_range() -> None:
-    # spec cuda-runtime.md §5.1 [INF]: a device range past its allocation is invalid
+    # docs/cuda-runtime.md §5.1 [INF]: a device range past its allocation is invalid
     rig = Rig()
     rt = rig.rt
     _, small = rt.cudaMalloc(PAGE)
@@ -131,7 +131,7 @@ def test_device_side_must_hold_the_range() -> None:
 
 
 def test_destroyed_stream_gives_400() -> None:
-    # spec cuda-runtime.md §1 row 400 cudaErrorInvalidResourceHandle [DOC]
+    # docs/cuda-runtime.md §1 row 400 cudaErrorInvalidResourceHandle [DOC]
     rig = Rig()
     assert int(rig.rt.cudaStreamDestroy(rig.stream)[0]) == 0
     assert rig.h2d(0, PAGE) == 400
@@ -139,7 +139,7 @@ def test_destroyed_stream_gives_400() -> None:
 
 
 def test_registering_after_unregister_changes_classification() -> None:
-    # spec cuda-runtime.md §3 / §5.1: after unregister the range is pageable again
+    # docs/cuda-runtime.md §3 / §5.1: after unregister the range is pageable again
     rig = Rig()
     assert rig.h2d(0, 3 * MiB) == 1                       # spans
     rig.rt.cudaHostUnregister(rig.base)

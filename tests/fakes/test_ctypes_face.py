@@ -1,9 +1,9 @@
 """libcudart through ctypes under ``fake.patch()``: ctypes conventions, its own runtime instance.
 
 vllm-project/vllm PR #50070 keeps registration and error draining on one runtime handle by
-loading libcudart with ctypes (spec cuda-runtime.md §6, §10); xcena-dev/maru PR #65 dlopens
+loading libcudart with ctypes (docs/cuda-runtime.md §6, §10); xcena-dev/maru PR #65 dlopens
 every mapped libcudart copy to clear pending errors. C signatures are those of
-``cuda_runtime_api.h`` [DOC]; return codes follow spec §2-§4 as for the other faces.
+``cuda_runtime_api.h`` [DOC]; return codes follow docs/cuda-runtime.md §2-§4 as for the other faces.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def test_not_patched_outside_the_block() -> None:
 
 
 def test_results_are_c_ints_and_errors_follow_the_spec() -> None:
-    # spec §2.2 overlap -> 712, size 0 -> 1; §3 interior -> 1, twice -> 713
+    # docs/cuda-runtime.md §2.2 overlap -> 712, size 0 -> 1; §3 interior -> 1, twice -> 713
     fake = FakeCuda()
     arr = np.zeros(4 * 4096, np.uint8)
     p = arr.ctypes.data
@@ -112,7 +112,8 @@ def test_error_string_needs_a_char_p_restype() -> None:
 
 def test_pointer_without_argtypes_is_truncated_as_ctypes_truncates_it() -> None:
     # no argtypes: ctypes passes a Python int as a C int, so only the low 32 bits of a 64-bit
-    # address arrive (a virtual buffer's are 0: NULL -> 1, spec §2.2), and an int of 2**64
+    # address arrive (a virtual buffer's are 0: NULL -> 1, docs/cuda-runtime.md §2.2), and an int of
+    # 2**64
     # or more does not convert at all
     fake = FakeCuda()
     buf = fake.virtual(MiB)
@@ -134,7 +135,8 @@ def test_out_parameters_through_byref_and_pointers() -> None:
     count, version = ctypes.c_int(-1), ctypes.c_int(-1)
     assert lib.cudaGetDeviceCount(ctypes.byref(count)) == 0 and count.value == 1
     assert lib.cudaRuntimeGetVersion(ctypes.pointer(version)) == 0
-    assert version.value == 13000   # the system libcudart 13.0 (spec §2.2 [OBS-local])
+    # the system libcudart 13.0 (docs/cuda-runtime.md §2.2 [OBS-local])
+    assert version.value == 13000
     value = ctypes.c_int(-1)
     assert lib.cudaDeviceGetAttribute(ctypes.byref(value), 91, 0) == 0 and value.value == 1
     free, total = ctypes.c_size_t(), ctypes.c_size_t()
@@ -145,7 +147,8 @@ def test_out_parameters_through_byref_and_pointers() -> None:
     assert lib.cudaHostRegister(p, arr.nbytes, 0) == 0
     attrs = PointerAttributes()
     assert lib.cudaPointerGetAttributes(ctypes.byref(attrs), p + 100) == 0
-    # spec §4: registered host memory -> type Host (1), alias == VA, interior per [INF]
+    # docs/cuda-runtime.md §4: registered host memory -> type Host (1), alias == VA, interior per
+    # [INF]
     assert (attrs.type, attrs.device, attrs.devicePointer, attrs.hostPointer) == \
         (1, 0, p + 100, p + 100)
     dev = ctypes.c_void_p()
@@ -167,7 +170,8 @@ def test_failed_call_leaves_out_parameters_alone() -> None:
 
 
 def test_own_last_error_slot_per_runtime_instance() -> None:
-    # spec §6: "cuda-python's cudaGetLastError cannot clear an error left in torch's runtime,
+    # docs/cuda-runtime.md §6: "cuda-python's cudaGetLastError cannot clear an error left in torch's
+    # runtime,
     # and the reverse also holds"; a ctypes-loaded libcudart is one more instance
     fake = FakeCuda()
     arr = np.zeros(4096, np.uint8)

@@ -1,4 +1,4 @@
-"""The ``cuda.bindings.runtime`` face (spec/cuda-runtime.md §9, §11.6)."""
+"""The ``cuda.bindings.runtime`` face (docs/cuda-runtime.md §9, §11.6)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def fake(request: pytest.FixtureRequest) -> FakeCuda:
 
 
 def test_results_are_tuples_with_real_enum_members() -> None:
-    # spec cuda-runtime.md §9 "Every function returns a tuple"; "cudaError_t type: ... an int
+    # docs/cuda-runtime.md §9 "Every function returns a tuple"; "cudaError_t type: ... an int
     # subclass ... bool(cudaSuccess) is False" [OBS-local]
     real = _real_runtime()
     fake = FakeCuda()
@@ -41,7 +41,7 @@ def test_results_are_tuples_with_real_enum_members() -> None:
 
 
 def test_enum_semantics(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §9 "an int subclass"; "cudaError_t.cudaSuccess == 0 is True, and
+    # docs/cuda-runtime.md §9 "an int subclass"; "cudaError_t.cudaSuccess == 0 is True, and
     # bool(cudaSuccess) is False"; ".name and .value work"; "cudaError_t(9999) raises
     # ValueError" [OBS-local] — for the real types and the fallback stand-ins alike
     rt = fake.runtime
@@ -58,7 +58,7 @@ def test_enum_semantics(fake: FakeCuda) -> None:
 
 
 def test_output_slots_are_none_on_error(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §9 "On error the output slots are None" [OBS-local]
+    # docs/cuda-runtime.md §9 "On error the output slots are None" [OBS-local]
     rt = fake.runtime
     unreg = fake.virtual(MiB).data_ptr()
     err, dev = rt.cudaHostGetDevicePointer(unreg, 0)
@@ -72,7 +72,7 @@ def test_output_slots_are_none_on_error(fake: FakeCuda) -> None:
 
 
 def test_success_outputs_are_filled(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §9 "(err, value) ... otherwise" [OBS-local]
+    # docs/cuda-runtime.md §9 "(err, value) ... otherwise" [OBS-local]
     rt = fake.runtime
     err, n = rt.cudaGetDeviceCount()
     assert not err and n == 1
@@ -85,7 +85,7 @@ def test_success_outputs_are_filled(fake: FakeCuda) -> None:
 
 
 def test_flag_constants_are_plain_ints() -> None:
-    # spec cuda-runtime.md §9 "Flag constants are plain ints: cudaHostRegisterDefault through
+    # docs/cuda-runtime.md §9 "Flag constants are plain ints: cudaHostRegisterDefault through
     # cudaHostRegisterReadOnly are 0, 1, 2, 4, 8" [OBS-local]
     rt = FakeCuda().runtime
     names = ["cudaHostRegisterDefault", "cudaHostRegisterPortable", "cudaHostRegisterMapped",
@@ -105,16 +105,16 @@ def _has_bindings() -> bool:
     return True
 
 
-# -- lenient conversion (spec §9) -------------------------------------------------------------
+# -- lenient conversion (docs/cuda-runtime.md §9) --------------------------------------------------
 
 def test_none_pointer_is_null(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §9 "ptr accepts ... None (taken as NULL)" [OBS-local]; §2.2 NULL -> 1
+    # docs/cuda-runtime.md §9 "ptr accepts ... None (taken as NULL)" [OBS-local]; §2.2 NULL -> 1
     assert int(fake.runtime.cudaHostRegister(None, MiB, 0)[0]) == 1
     assert fake.live_registrations() == []
 
 
 def test_bytearray_and_numpy_give_their_address(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §9 "ptr accepts ... buffer-protocol objects (bytearray, bytes, numpy)"
+    # docs/cuda-runtime.md §9 "ptr accepts ... buffer-protocol objects (bytearray, bytes, numpy)"
     # [OBS-local]
     rt = fake.runtime
     ba = bytearray(8192)
@@ -130,7 +130,7 @@ def test_bytearray_and_numpy_give_their_address(fake: FakeCuda) -> None:
 
 
 def test_ctypes_void_p_and_float_pointer(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §9 "ctypes.c_void_p, and even a float" [OBS-local]
+    # docs/cuda-runtime.md §9 "ctypes.c_void_p, and even a float" [OBS-local]
     rt = fake.runtime
     base = fake.virtual(MiB).data_ptr()
     assert int(rt.cudaHostRegister(ctypes.c_void_p(base), 4096, 0)[0]) == 0
@@ -139,7 +139,7 @@ def test_ctypes_void_p_and_float_pointer(fake: FakeCuda) -> None:
 
 
 def test_float_size_and_flags_are_accepted(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §9 "Floats are accepted; NVIDIA's own test passes 160.0"; "flags: ...
+    # docs/cuda-runtime.md §9 "Floats are accepted; NVIDIA's own test passes 160.0"; "flags: ...
     # floats are accepted" [OBS-local]
     rt = fake.runtime
     base = fake.virtual(MiB).data_ptr()
@@ -149,7 +149,7 @@ def test_float_size_and_flags_are_accepted(fake: FakeCuda) -> None:
 
 @pytest.mark.parametrize("ptr", ["0x1000", -1, 1 << 64, object()])
 def test_bad_pointer_raises_type_error(fake: FakeCuda, ptr: object) -> None:
-    # spec cuda-runtime.md §9 "ptr rejects str, negative ints and ints of 2^64 or more with
+    # docs/cuda-runtime.md §9 "ptr rejects str, negative ints and ints of 2^64 or more with
     # TypeError" [OBS-local]
     with pytest.raises(TypeError, match="expected Type None, int or object with Buffer Protocol"):
         fake.runtime.cudaHostRegister(ptr, 4096, 0)
@@ -157,7 +157,7 @@ def test_bad_pointer_raises_type_error(fake: FakeCuda, ptr: object) -> None:
 
 @pytest.mark.parametrize(("size", "flags"), [(-1, 0), (1 << 64, 0), (4096, -1), (4096, 1 << 32)])
 def test_bad_size_or_flags_raise_overflow_error(fake: FakeCuda, size: int, flags: int) -> None:
-    # spec cuda-runtime.md §9 "size (size_t): negative values give OverflowError and values of
+    # docs/cuda-runtime.md §9 "size (size_t): negative values give OverflowError and values of
     # 2^64 or more give OverflowError"; "flags: negative values give OverflowError" [OBS-local]
     with pytest.raises(OverflowError):
         fake.runtime.cudaHostRegister(fake.virtual(4096).data_ptr(), size, flags)
@@ -165,7 +165,7 @@ def test_bad_size_or_flags_raise_overflow_error(fake: FakeCuda, size: int, flags
 
 
 def test_error_strings_accept_int_and_enum(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §9 "accept a cudaError_t or a plain int" [OBS-local]
+    # docs/cuda-runtime.md §9 "accept a cudaError_t or a plain int" [OBS-local]
     rt = fake.runtime
     a = rt.cudaGetErrorString(712)
     b = rt.cudaGetErrorString(rt.cudaError_t(712))
@@ -175,7 +175,7 @@ def test_error_strings_accept_int_and_enum(fake: FakeCuda) -> None:
 # -- module surface ----------------------------------------------------------------------------
 
 def test_patch_reaches_the_face(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §9 "For code that runs on both, use from cuda.bindings import runtime"
+    # docs/cuda-runtime.md §9 "For code that runs on both, use from cuda.bindings import runtime"
     with fake.patch(torch=False):
         from cuda.bindings import runtime
         assert runtime is fake.runtime
@@ -184,7 +184,7 @@ def test_patch_reaches_the_face(fake: FakeCuda) -> None:
 
 
 def test_legacy_cuda_cudart_only_for_12x() -> None:
-    # spec cuda-runtime.md §9 "The legacy cuda.cudart ... were removed in 13.0.0" [DOC]
+    # docs/cuda-runtime.md §9 "The legacy cuda.cudart ... were removed in 13.0.0" [DOC]
     fake12 = FakeCuda("h100-r575")
     with fake12.patch(torch=False):
         import cuda.cudart as legacy  # type: ignore[import-not-found]
@@ -193,7 +193,7 @@ def test_legacy_cuda_cudart_only_for_12x() -> None:
 
 
 def test_unmodelled_api_raises_not_modelled() -> None:
-    # spec cuda-runtime.md §11.6: the fake models a named subset; others must not pass silently
+    # docs/cuda-runtime.md §11.6: the fake models a named subset; others must not pass silently
     pytest.importorskip("cuda.bindings.runtime", reason="the real module lists the APIs")
     fake = FakeCuda()
     with pytest.raises(NotModelledError, match=r"COVERAGE\.md"):
@@ -201,7 +201,7 @@ def test_unmodelled_api_raises_not_modelled() -> None:
 
 
 def test_stream_handles_round_trip(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §5.3: a created stream is a valid, non-legacy stream
+    # docs/cuda-runtime.md §5.3: a created stream is a valid, non-legacy stream
     rt = fake.runtime
     err, stream = rt.cudaStreamCreate()
     assert not err and int(stream) not in (0, 1, 2)

@@ -1,7 +1,7 @@
 """cudaDeviceGetAttribute: every cudaDeviceAttr member answers, per device profile.
 
 Values are labelled [DOC] (NVIDIA's compute-capability 9.0 tables, the GH100 whitepaper,
-spec cuda-runtime.md §2.1/§4) or [INF]; these tests check the table against those sources
+docs/cuda-runtime.md §2.1/§4) or [INF]; these tests check the table against those sources
 and check that the attributes feature probes read no longer come back "unsupported".
 """
 
@@ -87,7 +87,7 @@ def test_every_doc_row_is_one_the_tests_check_or_cites_its_source() -> None:
     checked = set(CC_9_0) | set(GH100_SXM)
     for row in attribute_table("H200").values():
         if row.label == "DOC" and row.name not in checked:
-            assert "Programming Guide" in row.source or "spec cuda-runtime.md" in row.source \
+            assert "Programming Guide" in row.source or "docs/cuda-runtime.md" in row.source \
                 or "whitepaper" in row.source, row.name
 
 
@@ -140,7 +140,7 @@ def test_every_profile_answers_every_member(name: str) -> None:
 
 
 def test_profile_fields_drive_their_attributes() -> None:
-    # spec cuda-runtime.md §2.1/§4: 91 CanUseHostPointerForRegisteredMem (0 on WSL2),
+    # docs/cuda-runtime.md §2.1/§4: 91 CanUseHostPointerForRegisteredMem (0 on WSL2),
     # 99 HostRegisterSupported, 113 HostRegisterReadOnlySupported
     rt = FakeCuda("wsl2").runtime
     assert rt.cudaDeviceGetAttribute(91, 0)[1] == 0

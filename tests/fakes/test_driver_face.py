@@ -1,4 +1,4 @@
-"""The ``cuda.bindings.driver`` face: cuMemHostRegister and friends (spec cuda-runtime.md §6).
+"""The ``cuda.bindings.driver`` face: cuMemHostRegister and friends (docs/cuda-runtime.md §6).
 
 The driver API is the workaround that leaves the runtime's error state alone
 (local-inference-lab/vllm PR #217); its registrations are the driver's, shared with every
@@ -46,7 +46,8 @@ def test_calls_before_cuinit_give_not_initialized() -> None:
 
 
 def test_register_rules_are_the_runtimes() -> None:
-    # spec §2.2: overlap -> 712, size 0 -> 1, 512 GiB -> 2; §3: interior -> 1, twice -> 713
+    # docs/cuda-runtime.md §2.2: overlap -> 712, size 0 -> 1, 512 GiB -> 2; §3: interior -> 1, twice
+    # -> 713
     fake, drv, base = _ready()
     r = drv.CUresult
     assert drv.cuMemHostRegister(base, MiB, 0) == (r.CUDA_SUCCESS,)
@@ -63,7 +64,7 @@ def test_register_rules_are_the_runtimes() -> None:
 
 
 def test_driver_failures_leave_every_runtime_error_slot_alone() -> None:
-    # spec §6: the driver API "does not touch runtime error state"
+    # docs/cuda-runtime.md §6: the driver API "does not touch runtime error state"
     fake, drv, base = _ready()
     assert int(drv.cuMemHostRegister(base, MiB, 0)[0]) == 0
     assert int(drv.cuMemHostRegister(base, MiB, 0)[0]) == 712
@@ -97,7 +98,8 @@ def test_pointer_attributes_of_registered_memory() -> None:
 
 
 def test_device_pointer_alias_on_wsl2() -> None:
-    # spec §4: CanUseHostPointerForRegisteredMem = 0 -> the alias differs from the host VA
+    # docs/cuda-runtime.md §4: CanUseHostPointerForRegisteredMem = 0 -> the alias differs from the
+    # host VA
     _fake, drv, base = _ready("wsl2")
     assert int(drv.cuMemHostRegister(base, MiB, 2)[0]) == 0
     err, alias = drv.cuMemHostGetDevicePointer(base, 0)
@@ -107,7 +109,8 @@ def test_device_pointer_alias_on_wsl2() -> None:
 
 @pytest.mark.parametrize("mode", ["invalid", "flags"])
 def test_host_get_flags_follows_the_profile(mode: str) -> None:
-    # spec §4: cudaHostGetFlags on registered memory is [UNC]; the same switch applies
+    # docs/cuda-runtime.md §4: cudaHostGetFlags on registered memory is [UNC]; the same switch
+    # applies
     _fake, drv, base = _ready(PROFILES["h200-r580"].replace(host_get_flags_on_registered=mode))
     assert int(drv.cuMemHostRegister(base, MiB, 3)[0]) == 0
     err, flags = drv.cuMemHostGetFlags(base)
@@ -116,7 +119,7 @@ def test_host_get_flags_follows_the_profile(mode: str) -> None:
 
 
 def test_environment_modes() -> None:
-    # spec §2.2/§11.4: no GPU -> 100, stub -> 34
+    # docs/cuda-runtime.md §2.2/§11.4: no GPU -> 100, stub -> 34
     no_gpu = FakeCuda("no-gpu").driver_api
     assert int(no_gpu.cuInit(0)[0]) == 100
     assert int(no_gpu.cuMemHostRegister(1 << 60, 4096, 0)[0]) == 3
@@ -183,7 +186,8 @@ def test_bad_arguments_raise_before_anything_changes() -> None:
 
 def test_runtime_fault_points_also_fail_the_driver_twin() -> None:
     # a scenario's fault plan says "the driver fails this registration": it applies whether
-    # the code calls cudaHostRegister or its driver twin cuMemHostRegister (spec §2.1)
+    # the code calls cudaHostRegister or its driver twin cuMemHostRegister (docs/cuda-runtime.md
+    # §2.1)
     fake, drv, base = _ready()
     fake.inject("cudaHostRegister", nth=2, error=2)
     assert int(drv.cuMemHostRegister(base, MiB, 0)[0]) == 0

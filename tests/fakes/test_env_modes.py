@@ -1,4 +1,4 @@
-"""Environment modes: no driver (35), no GPU (100), stub library (34) (spec/cuda-runtime.md §2.2,
+"""Environment modes: no driver (35), no GPU (100), stub library (34) (docs/cuda-runtime.md §2.2,
 §9, §11.4)."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _calls(fake: FakeCuda) -> dict[str, tuple[Callable[[], Any], int]]:
 
 @pytest.mark.parametrize(("profile", "code"), MODES, ids=MODE_IDS)
 def test_every_call_returns_the_init_error(profile: Any, code: int) -> None:
-    # spec cuda-runtime.md §2.2 "No NVIDIA driver installed: 35 ... from cudaHostRegister,
+    # docs/cuda-runtime.md §2.2 "No NVIDIA driver installed: 35 ... from cudaHostRegister,
     # cudaHostUnregister, cudaPointerGetAttributes, cudaGetDeviceCount and cudaGetLastError"
     # [OBS-local]; "Driver present, no GPU visible" -> 100 [DOC]; "libcuda.so resolves to the
     # toolkit stub" -> 34 [DOC]; §11.4; §9 "On error the output slots are None" [OBS-local]
@@ -67,7 +67,7 @@ def test_every_call_returns_the_init_error(profile: Any, code: int) -> None:
 
 @pytest.mark.parametrize(("profile", "code"), MODES, ids=MODE_IDS)
 def test_init_error_persists_through_get_last_error(profile: Any, code: int) -> None:
-    # spec cuda-runtime.md §11.5 "Init failures persist"; §6 "[OBS-local] With no driver, the
+    # docs/cuda-runtime.md §11.5 "Init failures persist"; §6 "[OBS-local] With no driver, the
     # init failure (35) is returned by every call, cudaGetLastError included"
     fake = FakeCuda(profile)
     for _ in range(3):
@@ -76,7 +76,7 @@ def test_init_error_persists_through_get_last_error(profile: Any, code: int) -> 
 
 
 def test_no_driver_device_count_is_35_none() -> None:
-    # spec cuda-runtime.md §9 "cudaGetDeviceCount() gives (35, None) with no driver, not
+    # docs/cuda-runtime.md §9 "cudaGetDeviceCount() gives (35, None) with no driver, not
     # (35, 0)" [OBS-local]
     fake = FakeCuda("no-driver")
     err, count = fake.runtime.cudaGetDeviceCount()
@@ -84,7 +84,7 @@ def test_no_driver_device_count_is_35_none() -> None:
 
 
 def test_no_driver_versions() -> None:
-    # spec cuda-runtime.md §2.2 "cudaRuntimeGetVersion succeeds ... cudaDriverGetVersion
+    # docs/cuda-runtime.md §2.2 "cudaRuntimeGetVersion succeeds ... cudaDriverGetVersion
     # succeeds with value 0" [OBS-local]; §9 "(0, 0)"; §6/§9: cuda-bindings links its own
     # static runtime and reports its own version: 13050 for cuda-bindings 13.5.0 [OBS-local]
     fake = FakeCuda("no-driver")
@@ -97,7 +97,7 @@ def test_no_driver_versions() -> None:
                          [("h200-r580", 13050, 13000), ("h100-r575", 12090, 12090)])
 def test_each_runtime_instance_reports_its_own_version(profile: str, bindings: int,
                                                        libcudart: int) -> None:
-    # spec cuda-runtime.md §6: cuda-bindings' static runtime "reports 12090 or 13040,
+    # docs/cuda-runtime.md §6: cuda-bindings' static runtime "reports 12090 or 13040,
     # independent of the system libcudart 13.0" [OBS-local]; §9 (0, 12090) for 12.9.x;
     # §2.2: libcudart 13.0 reports 13000 [OBS-local]. torch's bundled runtime is another
     # instance with its own version.
@@ -108,7 +108,7 @@ def test_each_runtime_instance_reports_its_own_version(profile: str, bindings: i
 
 
 def test_bindings_version_matches_the_installed_cuda_bindings() -> None:
-    # spec cuda-runtime.md §6/§9: the version is the installed binding's own; checked against
+    # docs/cuda-runtime.md §6/§9: the version is the installed binding's own; checked against
     # the real module when cuda-bindings 13.5.0 is the one installed
     real = pytest.importorskip("cuda.bindings.runtime", reason="cuda-bindings is not installed")
     from importlib import metadata
@@ -121,7 +121,7 @@ def test_bindings_version_matches_the_installed_cuda_bindings() -> None:
 
 
 def test_no_gpu_driver_version_is_reported() -> None:
-    # spec cuda-runtime.md §2.2 no-GPU row: a driver is present [DOC]
+    # docs/cuda-runtime.md §2.2 no-GPU row: a driver is present [DOC]
     fake = FakeCuda("no-gpu")
     err, version = fake.runtime.cudaDriverGetVersion()
     assert int(err) == 0 and version > 0
@@ -130,7 +130,7 @@ def test_no_gpu_driver_version_is_reported() -> None:
 
 @pytest.mark.parametrize(("profile", "code"), MODES, ids=MODE_IDS)
 def test_error_strings_still_work(profile: Any, code: int) -> None:
-    # spec cuda-runtime.md §1 conformance note: cudaGetErrorString works without a driver
+    # docs/cuda-runtime.md §1 conformance note: cudaGetErrorString works without a driver
     # [OBS-local]
     fake = FakeCuda(profile)
     err, text = fake.runtime.cudaGetErrorString(code)
@@ -140,7 +140,7 @@ def test_error_strings_still_work(profile: Any, code: int) -> None:
 
 @pytest.mark.parametrize(("profile", "code"), MODES, ids=MODE_IDS)
 def test_torch_face_returns_the_init_error(profile: Any, code: int) -> None:
-    # spec cuda-runtime.md §2.2 no-driver row; §7 torch's cudaHostRegister returns cudaError
+    # docs/cuda-runtime.md §2.2 no-driver row; §7 torch's cudaHostRegister returns cudaError
     fake = FakeCuda(profile)
     base = fake.virtual(4096).data_ptr()
     t = fake.torch
@@ -148,11 +148,12 @@ def test_torch_face_returns_the_init_error(profile: Any, code: int) -> None:
     assert t.cudaHostUnregister(base) == code
     assert t.cudaProfilerStart() == code
     with pytest.raises(RuntimeError):
-        t.cudaMemGetInfo(0)       # spec §7: cudaMemGetInfo raises on error (C10_CUDA_CHECK)
+        # docs/cuda-runtime.md §7: cudaMemGetInfo raises on error (C10_CUDA_CHECK)
+        t.cudaMemGetInfo(0)
 
 
 def test_no_driver_batch_12x_arity() -> None:
-    # spec cuda-runtime.md §5.3 "With no driver, both versions return error 35 (12.9 as the pair
+    # docs/cuda-runtime.md §5.3 "With no driver, both versions return error 35 (12.9 as the pair
     # (35, None), 13.x as (35,))" [OBS-local]
     fake = FakeCuda(DeviceProfile(name="nd12", env="no_driver", device_count=0,
                                   driver_version=0, bindings_major=12))
@@ -167,7 +168,7 @@ def test_no_driver_batch_12x_arity() -> None:
 
 
 def test_healthy_profile_reports_devices() -> None:
-    # spec cuda-runtime.md §2.2: the control for the modes above
+    # docs/cuda-runtime.md §2.2: the control for the modes above
     fake = FakeCuda("h200-r580")
     assert fake.runtime.cudaGetDeviceCount() == (fake.runtime.cudaError_t.cudaSuccess, 1)
     assert int(fake.runtime.cudaGetLastError()[0]) == 0

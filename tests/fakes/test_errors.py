@@ -1,4 +1,4 @@
-"""The error table (spec/cuda-runtime.md §1) and cudaGetErrorString / cudaGetErrorName."""
+"""The error table (docs/cuda-runtime.md §1) and cudaGetErrorString / cudaGetErrorName."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from kvreg.fakes import errors as E
 from kvreg.fakes.fake_cuda import FakeCuda
 
-# spec cuda-runtime.md §1 table, transcribed independently of errors.py [DOC] + [OBS-local]
+# docs/cuda-runtime.md §1 table, transcribed independently of errors.py [DOC] + [OBS-local]
 SPEC_TABLE = {
     0: ("cudaSuccess", "no error"),
     1: ("cudaErrorInvalidValue", "invalid argument"),
@@ -34,21 +34,21 @@ SPEC_TABLE = {
 
 @pytest.mark.parametrize("code", sorted(SPEC_TABLE))
 def test_error_table_matches_spec_rows(code: int) -> None:
-    # spec cuda-runtime.md §1 "Error names and numeric values" [DOC] + [OBS-local]
+    # docs/cuda-runtime.md §1 "Error names and numeric values" [DOC] + [OBS-local]
     assert E.ERRORS[code] == SPEC_TABLE[code]
     assert E.error_name(code) == SPEC_TABLE[code][0]
     assert E.error_string(code) == SPEC_TABLE[code][1]
 
 
 def test_torch_stale_not_ready_value_is_stub_library() -> None:
-    # spec cuda-runtime.md §1 "Trap: torch ... ERROR_NOT_READY = 34" [OBS-local]
+    # docs/cuda-runtime.md §1 "Trap: torch ... ERROR_NOT_READY = 34" [OBS-local]
     assert E.error_name(34) == "cudaErrorStubLibrary"
     assert E.error_name(600) == "cudaErrorNotReady"
 
 
 @pytest.mark.parametrize("code", [1713, 9999, 12345, -1, 2**31])
 def test_unknown_codes_are_unrecognized(code: int) -> None:
-    # spec cuda-runtime.md §1 last row "other: name and string both 'unrecognized error code'"
+    # docs/cuda-runtime.md §1 last row "other: name and string both 'unrecognized error code'"
     # [OBS-local]
     assert E.error_name(code) == "unrecognized error code"
     assert E.error_string(code) == "unrecognized error code"
@@ -57,7 +57,7 @@ def test_unknown_codes_are_unrecognized(code: int) -> None:
 
 
 def test_cuda_python_face_error_string_and_name() -> None:
-    # spec cuda-runtime.md §9 "cudaGetErrorString(e) and cudaGetErrorName(e) return
+    # docs/cuda-runtime.md §9 "cudaGetErrorString(e) and cudaGetErrorName(e) return
     # (cudaSuccess, bytes) and accept a cudaError_t or a plain int" [OBS-local]
     fake = FakeCuda()
     rt = fake.runtime
@@ -72,7 +72,7 @@ def test_cuda_python_face_error_string_and_name() -> None:
 
 
 def test_error_strings_do_not_touch_last_error() -> None:
-    # spec cuda-runtime.md §6: only failing runtime calls set the last-error slot [DOC];
+    # docs/cuda-runtime.md §6: only failing runtime calls set the last-error slot [DOC];
     # cudaGetErrorString returns cudaSuccess
     fake = FakeCuda()
     rt = fake.runtime
@@ -83,7 +83,7 @@ def test_error_strings_do_not_touch_last_error() -> None:
 
 
 def test_torch_face_error_string() -> None:
-    # spec cuda-runtime.md §7 "cudaGetErrorString(err): argument must be a cudaError enum
+    # docs/cuda-runtime.md §7 "cudaGetErrorString(err): argument must be a cudaError enum
     # object; a plain int raises TypeError" [OBS-local]
     fake = FakeCuda()
     t = fake.torch
@@ -96,7 +96,7 @@ def test_torch_face_error_string() -> None:
 
 
 def test_code_for_resolves_names_and_rejects_unknown() -> None:
-    # spec cuda-runtime.md §1: names and numbers are one table
+    # docs/cuda-runtime.md §1: names and numbers are one table
     assert E.code_for("cudaErrorHostMemoryAlreadyRegistered") == 712
     assert E.code_for("HostMemoryNotRegistered") == 713
     assert E.code_for(2) == 2
@@ -107,12 +107,13 @@ def test_code_for_resolves_names_and_rejects_unknown() -> None:
 
 
 @pytest.mark.parametrize(("api", "code", "allowed"), [
-    # spec cuda-runtime.md §2.1 documented return set of cudaHostRegister [DOC]
+    # docs/cuda-runtime.md §2.1 documented return set of cudaHostRegister [DOC]
     ("cudaHostRegister", 712, True), ("cudaHostRegister", 2, True),
     ("cudaHostRegister", 801, True), ("cudaHostRegister", 713, False),
-    # spec §3: Success, InvalidValue and HostMemoryNotRegistered (+ 4 during teardown)
+    # docs/cuda-runtime.md §3: Success, InvalidValue and HostMemoryNotRegistered (+ 4 during
+    # teardown)
     ("cudaHostUnregister", 713, True), ("cudaHostUnregister", 2, False),
-    # spec §2.1 \note_init_rt: every API may return the init errors
+    # docs/cuda-runtime.md §2.1 \note_init_rt: every API may return the init errors
     ("cudaHostUnregister", 35, True), ("cudaHostGetFlags", 100, True),
 ])
 def test_api_error_sets(api: str, code: int, allowed: bool) -> None:
@@ -128,7 +129,7 @@ def test_valid_errors_unknown_api_names_known_ones() -> None:
 
 @pytest.mark.parametrize("code", sorted(E.ERRORS))
 def test_error_table_conforms_to_cuda_bindings(code: int) -> None:
-    # spec cuda-runtime.md §1: "Three sources agree on these values ... the cudaError_t enum
+    # docs/cuda-runtime.md §1: "Three sources agree on these values ... the cudaError_t enum
     # in cuda-bindings 12.9.10 and 13.4.4" [DOC] + [OBS-local]; cudaGetErrorString works
     # without a driver [OBS-local]
     runtime = pytest.importorskip(
@@ -146,7 +147,7 @@ def test_error_table_conforms_to_cuda_bindings(code: int) -> None:
 
 
 def test_unrecognized_code_conforms_to_cuda_bindings() -> None:
-    # spec cuda-runtime.md §1 last row [OBS-local]
+    # docs/cuda-runtime.md §1 last row [OBS-local]
     runtime = pytest.importorskip(
         "cuda.bindings.runtime", reason="cuda-bindings is not installed: no table to compare")
     fake = FakeCuda()

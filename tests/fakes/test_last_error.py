@@ -1,4 +1,4 @@
-"""Last-error state: per thread, per runtime instance (spec/cuda-runtime.md §6, §11.5)."""
+"""Last-error state: per thread, per runtime instance (docs/cuda-runtime.md §6, §11.5)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _in_thread(fn: Callable[[], Any]) -> Any:
 
 
 def test_get_clears_peek_does_not() -> None:
-    # spec cuda-runtime.md §6 "cudaGetLastError returns the last error ... then resets it to
+    # docs/cuda-runtime.md §6 "cudaGetLastError returns the last error ... then resets it to
     # success. cudaPeekAtLastError reads it without resetting" [DOC]
     fake = FakeCuda()
     rt = fake.runtime
@@ -54,7 +54,7 @@ def test_get_clears_peek_does_not() -> None:
 
 
 def test_success_does_not_clear_and_latest_error_wins() -> None:
-    # spec cuda-runtime.md §11.5 "A failed call sets it. GetLastError returns and clears it"
+    # docs/cuda-runtime.md §11.5 "A failed call sets it. GetLastError returns and clears it"
     # [DOC] (only GetLastError resets the slot)
     fake = FakeCuda()
     rt = fake.runtime
@@ -67,7 +67,7 @@ def test_success_does_not_clear_and_latest_error_wins() -> None:
 
 
 def test_last_error_is_per_thread() -> None:
-    # spec cuda-runtime.md §6 "in the same instance of the CUDA Runtime library in the calling
+    # docs/cuda-runtime.md §6 "in the same instance of the CUDA Runtime library in the calling
     # host thread" [DOC]
     fake = FakeCuda()
     rt = fake.runtime
@@ -84,7 +84,7 @@ def test_last_error_is_per_thread() -> None:
 
 
 def test_registrations_are_shared_across_threads() -> None:
-    # spec cuda-runtime.md §6 "Registrations are driver-level" [INF]
+    # docs/cuda-runtime.md §6 "Registrations are driver-level" [INF]
     fake = FakeCuda()
     rt = fake.runtime
     base = fake.virtual(MiB).data_ptr()
@@ -94,7 +94,7 @@ def test_registrations_are_shared_across_threads() -> None:
 
 
 def test_torch_error_is_not_seen_by_cuda_python() -> None:
-    # spec cuda-runtime.md §6 "cuda-python's cudaGetLastError cannot clear an error left in
+    # docs/cuda-runtime.md §6 "cuda-python's cudaGetLastError cannot clear an error left in
     # torch's runtime, and the reverse also holds" [OBS-ext] maru PR #65, vllm PR #50070
     fake = FakeCuda()
     base = fake.virtual(MiB).data_ptr()
@@ -106,7 +106,7 @@ def test_torch_error_is_not_seen_by_cuda_python() -> None:
 
 
 def test_cuda_python_error_is_not_seen_by_torch_runtime() -> None:
-    # spec cuda-runtime.md §6 "and the reverse also holds" [OBS-ext]
+    # docs/cuda-runtime.md §6 "and the reverse also holds" [OBS-ext]
     fake = FakeCuda()
     fake.runtime.cudaHostUnregister(0x3000)
     assert fake.torch_runtime.peek_at_last_error() == 0
@@ -114,7 +114,7 @@ def test_cuda_python_error_is_not_seen_by_torch_runtime() -> None:
 
 
 def test_torch_face_never_clears_and_has_no_get_last_error() -> None:
-    # spec cuda-runtime.md §6 "torch exposes no cudaGetLastError"; §11.5 "torch's binding never
+    # docs/cuda-runtime.md §6 "torch exposes no cudaGetLastError"; §11.5 "torch's binding never
     # clears it" [OBS-local] + [OBS-ext]
     fake = FakeCuda()
     base = fake.virtual(MiB).data_ptr()
@@ -128,7 +128,7 @@ def test_torch_face_never_clears_and_has_no_get_last_error() -> None:
 
 
 def test_registration_shared_across_faces_gives_712() -> None:
-    # spec cuda-runtime.md §6 "a duplicate made through the other binding should give 712"
+    # docs/cuda-runtime.md §6 "a duplicate made through the other binding should give 712"
     # [INF]; §12 check 8
     fake = FakeCuda()
     base = fake.virtual(4 * MiB).data_ptr()
@@ -145,7 +145,7 @@ def test_registration_shared_across_faces_gives_712() -> None:
 
 
 def test_injected_error_lands_in_the_calling_runtime() -> None:
-    # spec cuda-runtime.md §6 known failure mode step 1: "A failed cudaHostRegister (code 1, 2
+    # docs/cuda-runtime.md §6 known failure mode step 1: "A failed cudaHostRegister (code 1, 2
     # or 712) leaves the error pending in torch's runtime" [OBS-ext]
     fake = FakeCuda()
     base = fake.virtual(MiB).data_ptr()
@@ -158,7 +158,7 @@ def test_injected_error_lands_in_the_calling_runtime() -> None:
 
 
 def test_two_fakes_are_independent() -> None:
-    # spec cuda-runtime.md §6: state belongs to one process; fakes are separate processes
+    # docs/cuda-runtime.md §6: state belongs to one process; fakes are separate processes
     a, b = FakeCuda(), FakeCuda()
     base = a.virtual(MiB).data_ptr()
     assert b.virtual(MiB).data_ptr() == base   # the same address, in another process

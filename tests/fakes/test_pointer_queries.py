@@ -1,6 +1,6 @@
 """cudaPointerGetAttributes, cudaHostGetDevicePointer, cudaHostGetFlags.
 
-spec/cuda-runtime.md §4.
+docs/cuda-runtime.md §4.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ UNREGISTERED, HOST, DEVICE = 0, 1, 2
 # -- cudaPointerGetAttributes -----------------------------------------------------------------
 
 def test_malloc_memory_is_unregistered_with_host_pointer() -> None:
-    # spec cuda-runtime.md §4 "Since CUDA 11.0, a plain host pointer (malloc or stack) returns
+    # docs/cuda-runtime.md §4 "Since CUDA 11.0, a plain host pointer (malloc or stack) returns
     # cudaSuccess with type = Unregistered"; "hostPointer is set and devicePointer is NULL"
     # [DOC] + [OBS-ext]
     fake = FakeCuda()
@@ -32,14 +32,14 @@ def test_malloc_memory_is_unregistered_with_host_pointer() -> None:
 
 @pytest.mark.parametrize("device", [-2, -1])
 def test_unregistered_device_value_follows_profile(device: int) -> None:
-    # spec cuda-runtime.md §4 "The device value reported for unregistered memory is [UNC]"
+    # docs/cuda-runtime.md §4 "The device value reported for unregistered memory is [UNC]"
     fake = FakeCuda(PROFILES["h200-r580"].replace(unregistered_pointer_device=device))
     _, attrs = fake.runtime.cudaPointerGetAttributes(fake.virtual(64).data_ptr())
     assert int(attrs.device) == device
 
 
 def test_registered_memory_is_host_type() -> None:
-    # spec cuda-runtime.md §4 "Registered host memory gives type = Host (1). device is the device
+    # docs/cuda-runtime.md §4 "Registered host memory gives type = Host (1). device is the device
     # that was current at registration. devicePointer is the alias, equal to ptr when
     # CanUseHostPointerForRegisteredMem = 1" [DOC]
     fake = FakeCuda()
@@ -58,7 +58,7 @@ def test_registered_memory_is_host_type() -> None:
 
 
 def test_interior_address_reports_queried_address_by_default() -> None:
-    # spec cuda-runtime.md §4 "What hostPointer and devicePointer report for an interior address
+    # docs/cuda-runtime.md §4 "What hostPointer and devicePointer report for an interior address
     # ... is [UNC]. [INF]: the queried address"; profile pointer_attributes_interior="queried"
     fake = FakeCuda()
     rt = fake.runtime
@@ -71,7 +71,7 @@ def test_interior_address_reports_queried_address_by_default() -> None:
 
 
 def test_interior_address_reports_base_in_base_mode() -> None:
-    # spec cuda-runtime.md §4 interior-address row [UNC]; profile pointer_attributes_interior
+    # docs/cuda-runtime.md §4 interior-address row [UNC]; profile pointer_attributes_interior
     fake = FakeCuda(PROFILES["h200-r580"].replace(pointer_attributes_interior="base"))
     rt = fake.runtime
     base = fake.virtual(4 * MiB).data_ptr()
@@ -82,7 +82,7 @@ def test_interior_address_reports_base_in_base_mode() -> None:
 
 
 def test_device_memory_is_device_type() -> None:
-    # spec cuda-runtime.md §4 "cudaMemoryType values: Unregistered = 0, Host = 1, Device = 2"
+    # docs/cuda-runtime.md §4 "cudaMemoryType values: Unregistered = 0, Host = 1, Device = 2"
     # [DOC]
     fake = FakeCuda()
     rt = fake.runtime
@@ -98,7 +98,7 @@ def test_device_memory_is_device_type() -> None:
 
 
 def test_host_alloc_memory_is_host_type() -> None:
-    # spec cuda-runtime.md §4: cudaHostAlloc memory is page-locked host memory (type Host)
+    # docs/cuda-runtime.md §4: cudaHostAlloc memory is page-locked host memory (type Host)
     fake = FakeCuda()
     _, ptr = fake.runtime.cudaHostAlloc(MiB, 0)
     _, attrs = fake.runtime.cudaPointerGetAttributes(ptr + 1)
@@ -106,7 +106,7 @@ def test_host_alloc_memory_is_host_type() -> None:
 
 
 def test_torch_registration_visible_to_cuda_python() -> None:
-    # spec cuda-runtime.md §6 "A registration made through torch should therefore be visible to
+    # docs/cuda-runtime.md §6 "A registration made through torch should therefore be visible to
     # cuda-python's cudaPointerGetAttributes" [INF]
     fake = FakeCuda()
     base = fake.virtual(MiB).data_ptr()
@@ -116,7 +116,7 @@ def test_torch_registration_visible_to_cuda_python() -> None:
 
 
 def test_memory_type_is_binding_enum() -> None:
-    # spec cuda-runtime.md §4 cudaMemoryType values [DOC] + [OBS-local] (cuda-bindings enums)
+    # docs/cuda-runtime.md §4 cudaMemoryType values [DOC] + [OBS-local] (cuda-bindings enums)
     fake = FakeCuda()
     _, attrs = fake.runtime.cudaPointerGetAttributes(fake.virtual(8).data_ptr())
     assert attrs.type == fake.runtime.cudaMemoryType.cudaMemoryTypeUnregistered
@@ -125,7 +125,7 @@ def test_memory_type_is_binding_enum() -> None:
 # -- cudaHostGetDevicePointer ----------------------------------------------------------------
 
 def test_device_pointer_equals_host_pointer_by_default() -> None:
-    # spec cuda-runtime.md §4 "On UVA with CanUseHostPointerForRegisteredMem, the returned
+    # docs/cuda-runtime.md §4 "On UVA with CanUseHostPointerForRegisteredMem, the returned
     # pointer equals pHost"; "works for memory registered with Default (0) flags" [DOC]+[OBS-ext]
     fake = FakeCuda()
     rt = fake.runtime
@@ -136,7 +136,7 @@ def test_device_pointer_equals_host_pointer_by_default() -> None:
 
 
 def test_device_pointer_flags_must_be_zero() -> None:
-    # spec cuda-runtime.md §4 "flags must be 0" [DOC]
+    # docs/cuda-runtime.md §4 "flags must be 0" [DOC]
     fake = FakeCuda()
     rt = fake.runtime
     base = fake.virtual(MiB).data_ptr()
@@ -147,14 +147,14 @@ def test_device_pointer_flags_must_be_zero() -> None:
 
 
 def test_device_pointer_of_unregistered_memory_fails() -> None:
-    # spec cuda-runtime.md §4 "Unregistered pHost gives InvalidValue" [INF]
+    # docs/cuda-runtime.md §4 "Unregistered pHost gives InvalidValue" [INF]
     fake = FakeCuda()
     err, dev = fake.runtime.cudaHostGetDevicePointer(fake.virtual(MiB).data_ptr(), 0)
     assert int(err) == 1 and dev is None
 
 
 def test_device_pointer_differs_under_wsl2() -> None:
-    # spec cuda-runtime.md §4 "On platforms where CanUseHostPointerForRegisteredMem = 0 (WSL2
+    # docs/cuda-runtime.md §4 "On platforms where CanUseHostPointerForRegisteredMem = 0 (WSL2
     # GPU-PV, ROCm) the alias differs from the host VA" [OBS-ext] sglang #40232
     fake = FakeCuda("wsl2")
     rt = fake.runtime
@@ -169,7 +169,7 @@ def test_device_pointer_differs_under_wsl2() -> None:
 
 
 def test_adjacent_registrations_get_non_adjacent_aliases_under_wsl2() -> None:
-    # spec cuda-runtime.md §4 "Adjacent separate registrations get non-adjacent aliases"
+    # docs/cuda-runtime.md §4 "Adjacent separate registrations get non-adjacent aliases"
     # [OBS-ext] sglang PR #37596
     fake = FakeCuda("wsl2")
     rt = fake.runtime
@@ -186,7 +186,7 @@ def test_adjacent_registrations_get_non_adjacent_aliases_under_wsl2() -> None:
 
 @pytest.mark.parametrize(("flags", "reported"), [(0, 2), (1, 3), (2, 2), (4, 6)])
 def test_host_alloc_flags_report_devicemap(flags: int, reported: int) -> None:
-    # spec cuda-runtime.md §4 "After cuMemHostAlloc(flags=0), the driver reports 0x2 (DEVICEMAP
+    # docs/cuda-runtime.md §4 "After cuMemHostAlloc(flags=0), the driver reports 0x2 (DEVICEMAP
     # implicit)" [OBS-ext] lupine #437
     fake = FakeCuda()
     rt = fake.runtime
@@ -196,14 +196,14 @@ def test_host_alloc_flags_report_devicemap(flags: int, reported: int) -> None:
 
 
 def test_malloc_host_flags() -> None:
-    # spec cuda-runtime.md §4 cudaHostGetFlags on cudaMallocHost memory [OBS-ext]
+    # docs/cuda-runtime.md §4 cudaHostGetFlags on cudaMallocHost memory [OBS-ext]
     fake = FakeCuda()
     _, ptr = fake.runtime.cudaMallocHost(4096)
     assert fake.runtime.cudaHostGetFlags(ptr)[1] == 2
 
 
 def test_host_get_flags_on_unregistered_memory_fails() -> None:
-    # spec cuda-runtime.md §4 [DOC] "will fail if the input pointer does not reside in an
+    # docs/cuda-runtime.md §4 [DOC] "will fail if the input pointer does not reside in an
     # address range allocated by cudaHostAlloc"; only documented error InvalidValue
     fake = FakeCuda()
     err, flags = fake.runtime.cudaHostGetFlags(fake.virtual(64).data_ptr())
@@ -211,7 +211,7 @@ def test_host_get_flags_on_unregistered_memory_fails() -> None:
 
 
 def test_host_get_flags_on_registered_memory_default_is_invalid() -> None:
-    # spec cuda-runtime.md §4 "Behaviour on cudaHostRegister'd memory ... is [UNC]";
+    # docs/cuda-runtime.md §4 "Behaviour on cudaHostRegister'd memory ... is [UNC]";
     # profile host_get_flags_on_registered="invalid" (the documented wording)
     fake = FakeCuda()
     rt = fake.runtime
@@ -222,7 +222,7 @@ def test_host_get_flags_on_registered_memory_default_is_invalid() -> None:
 
 
 def test_host_get_flags_on_registered_memory_flags_mode() -> None:
-    # spec cuda-runtime.md §4 cudaHostGetFlags on registered memory [UNC], "flags" reading
+    # docs/cuda-runtime.md §4 cudaHostGetFlags on registered memory [UNC], "flags" reading
     fake = FakeCuda(PROFILES["h200-r580"].replace(host_get_flags_on_registered="flags"))
     rt = fake.runtime
     base = fake.virtual(MiB).data_ptr()

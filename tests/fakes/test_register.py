@@ -1,4 +1,4 @@
-"""cudaHostRegister: flags, overlap, size/NULL, limits, memory kinds (spec/cuda-runtime.md §2)."""
+"""cudaHostRegister: flags, overlap, size/NULL, limits, memory kinds (docs/cuda-runtime.md §2)."""
 
 from __future__ import annotations
 
@@ -31,11 +31,11 @@ def _live(fake: FakeCuda) -> list[tuple[int, int, int]]:
     return [(r.base, r.size, r.flags) for r in fake.live_registrations()]
 
 
-# -- flags (spec §2.1) ---------------------------------------------------------------------
+# -- flags (docs/cuda-runtime.md §2.1) -------------------------------------------------------------
 
 @pytest.mark.parametrize("flags", [0, 1, 2, 3])
 def test_documented_flags_succeed_and_are_kept(flags: int) -> None:
-    # spec cuda-runtime.md §2.1 flag table: Default 0, Portable 1, Mapped 2 combine freely [DOC]
+    # docs/cuda-runtime.md §2.1 flag table: Default 0, Portable 1, Mapped 2 combine freely [DOC]
     fake, rt, base = _setup()
     assert _code(rt.cudaHostRegister(base, MiB, flags)) == 0
     assert _live(fake) == [(base, MiB, flags)]
@@ -43,7 +43,7 @@ def test_documented_flags_succeed_and_are_kept(flags: int) -> None:
 
 @pytest.mark.parametrize("flags", [0x10, 0xF0, 0xFFF2, 0xFFFFFFFF])
 def test_invalid_flag_bits_give_invalid_value(flags: int) -> None:
-    # spec cuda-runtime.md §2.2 "Invalid flag bits" -> 1 [OBS-ext] (HIP tests); §11.1
+    # docs/cuda-runtime.md §2.2 "Invalid flag bits" -> 1 [OBS-ext] (HIP tests); §11.1
     fake, rt, base = _setup()
     assert _code(rt.cudaHostRegister(base, MiB, flags)) == 1
     assert _live(fake) == []
@@ -51,21 +51,21 @@ def test_invalid_flag_bits_give_invalid_value(flags: int) -> None:
 
 
 def test_read_only_unsupported_gives_801() -> None:
-    # spec cuda-runtime.md §2.2 "ReadOnly flag on a device lacking the attribute" -> 801 [DOC]
+    # docs/cuda-runtime.md §2.2 "ReadOnly flag on a device lacking the attribute" -> 801 [DOC]
     fake, rt, base = _setup()
     assert _code(rt.cudaHostRegister(base, MiB, rt.cudaHostRegisterReadOnly)) == 801
     assert _live(fake) == []
 
 
 def test_read_only_supported_succeeds() -> None:
-    # spec cuda-runtime.md §2.1 cudaDevAttrHostRegisterReadOnlySupported (113) [DOC]
+    # docs/cuda-runtime.md §2.1 cudaDevAttrHostRegisterReadOnlySupported (113) [DOC]
     fake, rt, base = _setup(PROFILES["h200-r580"].replace(read_only_supported=True))
     assert _code(rt.cudaHostRegister(base, MiB, 8)) == 0
     assert _live(fake) == [(base, MiB, 8)]
 
 
 def test_io_memory_not_permitted_gives_800() -> None:
-    # spec cuda-runtime.md §1 row 800 / §2.1 IoMemory "may give NOT_PERMITTED for
+    # docs/cuda-runtime.md §1 row 800 / §2.1 IoMemory "may give NOT_PERMITTED for
     # unprivileged users" [DOC]
     fake, rt, base = _setup()
     assert _code(rt.cudaHostRegister(base, MiB, rt.cudaHostRegisterIoMemory)) == 800
@@ -76,7 +76,7 @@ def test_io_memory_not_permitted_gives_800() -> None:
 
 
 def test_host_register_unsupported_device_gives_801() -> None:
-    # spec cuda-runtime.md §2.1 "supported only on devices whose cudaDevAttrHostRegisterSupported
+    # docs/cuda-runtime.md §2.1 "supported only on devices whose cudaDevAttrHostRegisterSupported
     # (99) is non-zero" [DOC]
     fake, rt, base = _setup(PROFILES["h200-r580"].replace(host_register_supported=False))
     assert _code(rt.cudaHostRegister(base, MiB, 0)) == 801
@@ -86,7 +86,7 @@ def test_host_register_unsupported_device_gives_801() -> None:
 # -- size 0 / NULL -------------------------------------------------------------------------
 
 def test_size_zero_gives_invalid_value() -> None:
-    # spec cuda-runtime.md §2.2 "size == 0 with a valid pointer" -> 1 [OBS-ext]
+    # docs/cuda-runtime.md §2.2 "size == 0 with a valid pointer" -> 1 [OBS-ext]
     fake, rt, base = _setup()
     assert _code(rt.cudaHostRegister(base, 0, 0)) == 1
     assert _code(fake.torch.cudaHostRegister(base, 0, 0)) == 1
@@ -94,7 +94,7 @@ def test_size_zero_gives_invalid_value() -> None:
 
 
 def test_null_pointer_gives_invalid_value() -> None:
-    # spec cuda-runtime.md §2.2 "ptr == NULL (size > 0)" -> 1 [OBS-ext] HIP; [INF] CUDA
+    # docs/cuda-runtime.md §2.2 "ptr == NULL (size > 0)" -> 1 [OBS-ext] HIP; [INF] CUDA
     fake, rt, _ = _setup()
     assert _code(rt.cudaHostRegister(0, MiB, 0)) == 1
     assert _code(rt.cudaHostRegister(None, MiB, 0)) == 1   # cuda-python: None is NULL (§9)
@@ -105,8 +105,9 @@ def test_null_pointer_gives_invalid_value() -> None:
 # -- overlap: 712 ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("label", "off", "size"), [
-    ("exact twice", 0, 2 * MiB),          # spec §2.2 "Exactly the same range registered twice"
-    ("same base, shorter", 0, PAGE),      # spec §2.2 "same base"
+    # docs/cuda-runtime.md §2.2 "Exactly the same range registered twice"
+    ("exact twice", 0, 2 * MiB),
+    ("same base, shorter", 0, PAGE),      # docs/cuda-runtime.md §2.2 "same base"
     ("same base, longer", 0, 4 * MiB),
     ("interior start", 80, 160),          # NVIDIA test_cudart.py: +80 B overlapping -> 712
     ("interior page", MiB, PAGE),         # lupine #437: interior page of a registered range
@@ -115,7 +116,7 @@ def test_null_pointer_gives_invalid_value() -> None:
     ("superset", -PAGE, 3 * MiB),
 ])
 def test_overlapping_register_gives_712(label: str, off: int, size: int) -> None:
-    # spec cuda-runtime.md §2.2 "New range overlaps bytes of an existing registration (same
+    # docs/cuda-runtime.md §2.2 "New range overlaps bytes of an existing registration (same
     # base, an interior start, or a partial overlap)" -> 712 [OBS-ext]; "Exactly the same range
     # registered twice" -> 712 [OBS-ext]
     fake, rt, pool = _setup()
@@ -127,7 +128,7 @@ def test_overlapping_register_gives_712(label: str, off: int, size: int) -> None
 
 
 def test_byte_adjacent_registrations_succeed() -> None:
-    # spec cuda-runtime.md §2.2 overlap is by byte range; [base, +n) and [base+n, ...) share
+    # docs/cuda-runtime.md §2.2 overlap is by byte range; [base, +n) and [base+n, ...) share
     # no byte [OBS-ext] (HIP Chunks_SingleAttempt: 16 adjacent 8 KiB slices)
     fake, rt, base = _setup()
     for i in range(16):
@@ -136,7 +137,7 @@ def test_byte_adjacent_registrations_succeed() -> None:
 
 
 def test_byte_disjoint_same_page_succeeds_by_default() -> None:
-    # spec cuda-runtime.md §2.2 "byte-disjoint from an existing registration but shares a 4 KiB
+    # docs/cuda-runtime.md §2.2 "byte-disjoint from an existing registration but shares a 4 KiB
     # page" -> observed to succeed [OBS-ext] / [UNC]; profile overlap_granularity="byte"
     fake, rt, base = _setup()
     assert fake.profile.overlap_granularity == "byte"
@@ -147,7 +148,7 @@ def test_byte_disjoint_same_page_succeeds_by_default() -> None:
 
 
 def test_byte_disjoint_same_page_gives_712_in_page_mode() -> None:
-    # spec cuda-runtime.md §2.2 same-page row [UNC] (vLLM PR #51081 assumes page rounding);
+    # docs/cuda-runtime.md §2.2 same-page row [UNC] (vLLM PR #51081 assumes page rounding);
     # profile overlap_granularity="page"
     prof = PROFILES["h200-r580"].replace(overlap_granularity="page")
     fake, rt, base = _setup(prof)
@@ -166,7 +167,7 @@ def test_byte_disjoint_same_page_gives_712_in_page_mode() -> None:
 
 @pytest.mark.parametrize(("off", "size"), [(1, 160), (80, 160), (4095, 2), (7, PAGE + 3)])
 def test_unaligned_pointer_and_size_succeed(off: int, size: int) -> None:
-    # spec cuda-runtime.md §2.2 "Unaligned ptr and/or size not a multiple of the page size"
+    # docs/cuda-runtime.md §2.2 "Unaligned ptr and/or size not a multiple of the page size"
     # -> succeeds [OBS-ext] (NVIDIA test_cudart.py registers 160 B at a numpy address)
     fake, rt, base = _setup()
     assert _code(rt.cudaHostRegister(base + off, size, 3)) == 0
@@ -174,7 +175,7 @@ def test_unaligned_pointer_and_size_succeed(off: int, size: int) -> None:
 
 
 def test_unaligned_real_numpy_buffer_registers() -> None:
-    # spec cuda-runtime.md §2.2 unaligned row: NVIDIA's own test registers 160 bytes of a numpy
+    # docs/cuda-runtime.md §2.2 unaligned row: NVIDIA's own test registers 160 bytes of a numpy
     # array with flags 3 and expects success [OBS-ext]
     fake = FakeCuda()
     arr = np.zeros(160, np.uint8)
@@ -186,7 +187,7 @@ def test_unaligned_real_numpy_buffer_registers() -> None:
 # -- per-call ceiling (R580+) ------------------------------------------------------------------
 
 def test_per_call_ceiling_r580() -> None:
-    # spec cuda-runtime.md §2.2 "A single call of 512 GiB or more (2^39 bytes)" -> 2 on R580+
+    # docs/cuda-runtime.md §2.2 "A single call of 512 GiB or more (2^39 bytes)" -> 2 on R580+
     # [OBS-ext] (vllm #51080: 511.96 GiB succeeded, 512.15 GiB failed)
     fake, rt, base = _setup("h200-r580", nbytes=2 << 40)
     assert _code(rt.cudaHostRegister(base, 1 << 39, 0)) == 2
@@ -198,7 +199,7 @@ def test_per_call_ceiling_r580() -> None:
 
 
 def test_per_call_ceiling_absent_on_r575() -> None:
-    # spec cuda-runtime.md §2.2 same row: "maru says drivers 575.x and older do not have it"
+    # docs/cuda-runtime.md §2.2 same row: "maru says drivers 575.x and older do not have it"
     fake, rt, base = _setup("h100-r575", nbytes=2 << 40)
     assert _code(rt.cudaHostRegister(base, 1 << 39, 0)) == 0
     assert _code(rt.cudaHostRegister(base + (1 << 39), 1 << 40, 0)) == 0
@@ -206,7 +207,7 @@ def test_per_call_ceiling_absent_on_r575() -> None:
 
 
 def test_ceiling_is_per_call_not_cumulative() -> None:
-    # spec cuda-runtime.md §2.2 "The limit is per call: many smaller calls that add up to more
+    # docs/cuda-runtime.md §2.2 "The limit is per call: many smaller calls that add up to more
     # than 512 GiB succeed" [OBS-ext]; §2.3 no documented maximum size
     fake, rt, base = _setup("h200-r580", nbytes=1 << 40)
     chunk = 64 * GiB
@@ -218,7 +219,7 @@ def test_ceiling_is_per_call_not_cumulative() -> None:
 # -- memory kinds ------------------------------------------------------------------------------
 
 def test_device_memory_gives_invalid_value() -> None:
-    # spec cuda-runtime.md §2.2 "Device memory (cudaMalloc pointer)" -> 1 [OBS-ext] ucx #4393
+    # docs/cuda-runtime.md §2.2 "Device memory (cudaMalloc pointer)" -> 1 [OBS-ext] ucx #4393
     fake = FakeCuda()
     rt = fake.runtime
     err, dev = rt.cudaMalloc(4 * MiB)
@@ -230,7 +231,7 @@ def test_device_memory_gives_invalid_value() -> None:
 
 @pytest.mark.parametrize("alloc", ["cudaHostAlloc", "cudaMallocHost"])
 def test_host_alloc_memory_gives_profile_code(alloc: str) -> None:
-    # spec cuda-runtime.md §2.2 "Memory from cudaHostAlloc / cudaMallocHost" -> an error,
+    # docs/cuda-runtime.md §2.2 "Memory from cudaHostAlloc / cudaMallocHost" -> an error,
     # [UNC] probably 712; profile register_host_alloc_code
     for code in (712, 1):
         fake = FakeCuda(PROFILES["h200-r580"].replace(register_host_alloc_code=code))
@@ -245,7 +246,7 @@ def test_host_alloc_memory_gives_profile_code(alloc: str) -> None:
 
 
 def test_big_host_alloc_is_virtual_and_still_rejects_register() -> None:
-    # spec cuda-runtime.md §2.2 cudaHostAlloc row [UNC]: the rule holds for blocks of any size
+    # docs/cuda-runtime.md §2.2 cudaHostAlloc row [UNC]: the rule holds for blocks of any size
     fake = FakeCuda()
     err, ptr = fake.runtime.cudaHostAlloc(8 * GiB, 0)
     assert int(err) == 0
@@ -253,7 +254,7 @@ def test_big_host_alloc_is_virtual_and_still_rejects_register() -> None:
 
 
 def test_free_does_not_auto_unregister() -> None:
-    # spec cuda-runtime.md §2.2 "Freeing or munmapping memory without unregistering: the driver
+    # docs/cuda-runtime.md §2.2 "Freeing or munmapping memory without unregistering: the driver
     # keeps tracking the virtual range ... A fake should not auto-unregister on free" [OBS-ext]
     fake = FakeCuda()
     rt = fake.runtime
@@ -270,7 +271,7 @@ def test_free_does_not_auto_unregister() -> None:
 
 
 def test_free_host_of_host_alloc_removes_only_that_block() -> None:
-    # spec cuda-runtime.md §2.2 / §3: registrations and cudaHostAlloc blocks are separate
+    # docs/cuda-runtime.md §2.2 / §3: registrations and cudaHostAlloc blocks are separate
     fake = FakeCuda()
     rt = fake.runtime
     buf = fake.virtual(MiB)
@@ -284,7 +285,7 @@ def test_free_host_of_host_alloc_removes_only_that_block() -> None:
 
 
 def test_host_alloc_small_block_is_real_memory() -> None:
-    # spec cuda-runtime.md §2.2: cudaHostAlloc memory is usable host memory
+    # docs/cuda-runtime.md §2.2: cudaHostAlloc memory is usable host memory
     fake = FakeCuda()
     err, ptr = fake.runtime.cudaHostAlloc(64, 0)
     assert int(err) == 0
@@ -296,7 +297,7 @@ def test_host_alloc_small_block_is_real_memory() -> None:
 
 @pytest.mark.parametrize("ptr", [0xFFFF_FFFF_FFFF_0000, 1 << 63, (1 << 64) - PAGE])
 def test_address_outside_host_memory_gives_invalid_value(ptr: int) -> None:
-    # spec cuda-runtime.md §2.2 "Address inside CUDA's reserved VA" -> 1 [OBS-ext] ucx #8827;
+    # docs/cuda-runtime.md §2.2 "Address inside CUDA's reserved VA" -> 1 [OBS-ext] ucx #8827;
     # "Range not fully mapped in the process" -> 1 [OBS-ext]
     fake = FakeCuda()
     rt = fake.runtime
@@ -309,14 +310,15 @@ def test_address_outside_host_memory_gives_invalid_value(ptr: int) -> None:
 
 
 def test_wrapping_range_gives_invalid_value() -> None:
-    # spec cuda-runtime.md §2.2 "Range not fully mapped in the process" -> 1 [OBS-ext]
+    # docs/cuda-runtime.md §2.2 "Range not fully mapped in the process" -> 1 [OBS-ext]
     fake, rt, base = _setup()
     assert _code(rt.cudaHostRegister(base, (1 << 64) - base, 0)) == 1
     assert _live(fake) == []
 
 
 def test_device_alias_is_not_host_memory() -> None:
-    # spec cuda-runtime.md §4: on WSL2 the alias is a device address, not host memory; spec §2.2
+    # docs/cuda-runtime.md §4: on WSL2 the alias is a device address, not host memory; docs/cuda-
+    # runtime.md §2.2
     # device memory -> 1 [OBS-ext]
     fake, rt, base = _setup("wsl2")
     assert _code(rt.cudaHostRegister(base, MiB, 0)) == 0
@@ -326,10 +328,10 @@ def test_device_alias_is_not_host_memory() -> None:
     assert _code(rt.cudaHostRegister(alias, MiB, 0)) == 1
 
 
-# -- ranges that are not mapped memory (spec §2.2 [OBS-ext]) --------------------------------
+# -- ranges that are not mapped memory (docs/cuda-runtime.md §2.2 [OBS-ext]) -----------------------
 
 def test_virtual_buffer_registered_with_far_more_than_its_size_gives_invalid_value() -> None:
-    # spec cuda-runtime.md §2.2 "Range not fully mapped in the process (for example a size
+    # docs/cuda-runtime.md §2.2 "Range not fully mapped in the process (for example a size
     # far beyond a small malloc)" -> 1 [OBS-ext] HIP test "invalid memory size"
     fake = FakeCuda()
     buf = fake.virtual(4096)
@@ -340,7 +342,7 @@ def test_virtual_buffer_registered_with_far_more_than_its_size_gives_invalid_val
 
 
 def test_small_numpy_array_registered_with_a_gib_gives_invalid_value() -> None:
-    # spec cuda-runtime.md §2.2 "Range not fully mapped" -> 1 [OBS-ext]: real process memory,
+    # docs/cuda-runtime.md §2.2 "Range not fully mapped" -> 1 [OBS-ext]: real process memory,
     # judged from /proc/self/maps
     from kvreg.fakes.host_mapping import PROCESS_MAPS
 
@@ -350,14 +352,15 @@ def test_small_numpy_array_registered_with_a_gib_gives_invalid_value() -> None:
     arr = np.zeros(4096, np.uint8)
     assert _code(fake.runtime.cudaHostRegister(arr.ctypes.data, GiB, 0)) == 1
     assert _live(fake) == []
-    # the array itself registers (spec §2.2 unaligned rows: NVIDIA's test_cudart registers a
+    # the array itself registers (docs/cuda-runtime.md §2.2 unaligned rows: NVIDIA's test_cudart
+    # registers a
     # numpy buffer) and unregisters
     assert _code(fake.runtime.cudaHostRegister(arr.ctypes.data, arr.nbytes, 0)) == 0
     assert _code(fake.runtime.cudaHostUnregister(arr.ctypes.data)) == 0
 
 
 def test_reserved_va_example_gives_invalid_value() -> None:
-    # spec cuda-runtime.md §2.2 "Address inside CUDA's reserved VA (for example MAP_FIXED at
+    # docs/cuda-runtime.md §2.2 "Address inside CUDA's reserved VA (for example MAP_FIXED at
     # 0xff0000000)" -> 1 [OBS-ext] openucx/ucx #8827
     fake = FakeCuda()
     assert _code(fake.runtime.cudaHostRegister(0xFF0000000, 4096, 0)) == 1
@@ -424,7 +427,7 @@ def test_range_spanning_the_gap_between_two_virtual_buffers_gives_invalid_value(
 
 
 def test_device_memory_is_not_host_memory() -> None:
-    # spec cuda-runtime.md §2.2 "Device memory (cudaMalloc pointer)" -> 1 [OBS-ext] ucx #4393
+    # docs/cuda-runtime.md §2.2 "Device memory (cudaMalloc pointer)" -> 1 [OBS-ext] ucx #4393
     fake = FakeCuda()
     _, dev = fake.runtime.cudaMalloc(MiB)
     assert _code(fake.runtime.cudaHostRegister(dev, MiB, 0)) == 1
@@ -437,7 +440,7 @@ def test_device_memory_is_not_host_memory() -> None:
 def test_virtual_buffer_is_mapped_exactly_up_to_its_page_rounded_end(
         nbytes: int, size: int, offset: int) -> None:
     # an mmap of nbytes maps whole pages: registering inside them succeeds, one byte past the
-    # last page fails with 1 (spec §2.2 "range not fully mapped") [INF]
+    # last page fails with 1 (docs/cuda-runtime.md §2.2 "range not fully mapped") [INF]
     fake = FakeCuda(PROFILES["h200-r580"].replace(per_call_limit=None))
     buf = fake.virtual(nbytes)
     mapped_end = buf.data_ptr() + ((nbytes + PAGE - 1) & ~(PAGE - 1))

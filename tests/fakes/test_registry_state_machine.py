@@ -1,6 +1,6 @@
 """The fake's registry against a pure-Python model, driven by Hypothesis.
 
-The model is spec/cuda-runtime.md §11 written as plainly as possible: a dict of live ranges
+The model is docs/cuda-runtime.md §11 written as plainly as possible: a dict of live ranges
 (offset -> size) and a per-range copy classifier. Random sequences of register (both faces),
 overlapping register, unregister (exact base, interior, unknown, twice) and copy
 (cudaMemcpyAsync and cudaMemcpyBatchAsync) must give the model's codes, leave the model's live
@@ -44,7 +44,7 @@ def _page_span(off: int, size: int) -> tuple[int, int]:
 
 
 class RegistryModel:
-    """spec cuda-runtime.md §11.1-§11.3 in a dozen lines."""
+    """docs/cuda-runtime.md §11.1-§11.3 in a dozen lines."""
 
     def __init__(self, granularity: str, across: str) -> None:
         self.live: dict[int, int] = {}
@@ -52,12 +52,14 @@ class RegistryModel:
         self.across = across
 
     def register(self, off: int, size: int) -> int:
-        if size == 0:                                   # spec §2.2 size 0 -> 1
+        if size == 0:                                   # docs/cuda-runtime.md §2.2 size 0 -> 1
             return 1
         for b, s in self.live.items():
-            if self.granularity == "page":              # spec §2.2 same-page row [UNC]
+            # docs/cuda-runtime.md §2.2 same-page row [UNC]
+            if self.granularity == "page":
                 (lo1, hi1), (lo2, hi2) = _page_span(off, size), _page_span(b, s)
-            else:                                       # spec §2.2 overlap by byte -> 712
+            # docs/cuda-runtime.md §2.2 overlap by byte -> 712
+            else:
                 lo1, hi1, lo2, hi2 = off, off + size, b, b + s
             if lo1 < hi2 and lo2 < hi1:
                 return 712
@@ -65,24 +67,25 @@ class RegistryModel:
         return 0
 
     def unregister(self, off: int) -> int:
-        if off in self.live:                            # spec §3 exact base -> 0
+        if off in self.live:                            # docs/cuda-runtime.md §3 exact base -> 0
             del self.live[off]
             return 0
         if any(b < off < b + s for b, s in self.live.items()):
-            return 1                                    # spec §3 interior -> 1
-        return 713                                      # spec §3 unknown / twice -> 713
+            return 1                                    # docs/cuda-runtime.md §3 interior -> 1
+        # docs/cuda-runtime.md §3 unknown / twice -> 713
+        return 713
 
     def copy(self, off: int, size: int) -> int:
         end = off + size
         touched = [(b, s) for b, s in self.live.items() if b < end and off < b + s]
         if not touched:
-            return 0                                    # spec §5.2 wholly pageable
+            return 0                                    # docs/cuda-runtime.md §5.2 wholly pageable
         covered = sum(min(end, b + s) - max(off, b) for b, s in touched)
         if covered < size:
-            return 1                                    # spec §5.1 mixed -> 1 [DOC]
+            return 1                                    # docs/cuda-runtime.md §5.1 mixed -> 1 [DOC]
         if len(touched) == 1:
-            return 0                                    # spec §5.2 one registration
-        return 0 if self.across == "allow" else 1       # spec §5.4 [UNC]
+            return 0                                    # docs/cuda-runtime.md §5.2 one registration
+        return 0 if self.across == "allow" else 1       # docs/cuda-runtime.md §5.4 [UNC]
 
 
 class RegistryMachine(RuleBasedStateMachine):
@@ -105,7 +108,8 @@ class RegistryMachine(RuleBasedStateMachine):
     # -- helpers --------------------------------------------------------------------------
     def _check_last_error(self, face: str, code: int) -> None:
         runtime = self.fake.torch_runtime if face == "torch" else self.fake.cuda_runtime
-        assert runtime.get_last_error() == code   # spec §6: the failure lands in that runtime
+        # docs/cuda-runtime.md §6: the failure lands in that runtime
+        assert runtime.get_last_error() == code
         assert runtime.get_last_error() == 0
 
     def _register(self, face: str, off: int, size: int) -> None:

@@ -1,6 +1,6 @@
 """Four doors to one driver: torch, cuda-python, ctypes libcudart, the driver API.
 
-spec cuda-runtime.md §6: "Registrations are driver-level and shared by all runtimes in the
+docs/cuda-runtime.md §6: "Registrations are driver-level and shared by all runtimes in the
 process ... a duplicate made through the other binding should give 712" [INF], while each
 runtime instance keeps its own per-thread last-error slot [DOC], and the driver API touches
 no runtime error state (local-inference-lab/vllm PR #217) [OBS-ext]. Also runs the two
@@ -72,7 +72,7 @@ def test_a_registration_through_one_door_is_seen_by_every_other(
     if name is not None:
         expected[name] = 712
     assert _slots(fake) == expected
-    # the pointer query of cuda-python sees it too (spec §4: type Host)
+    # the pointer query of cuda-python sees it too (docs/cuda-runtime.md §4: type Host)
     err, attrs = fake.runtime.cudaPointerGetAttributes(base + offset)
     assert int(err) == 0 and int(attrs.type) == 1
     # any door can release it, once
@@ -86,9 +86,9 @@ def test_each_runtime_keeps_its_own_last_error_slot() -> None:
     base = fake.virtual(MiB).data_ptr()
     doors = _doors(fake)
     for door in ("torch", "cuda-python", "ctypes", "driver"):
-        assert doors[door][0](base, 0) == 1           # size 0 -> 1 (spec §2.2)
+        assert doors[door][0](base, 0) == 1           # size 0 -> 1 (docs/cuda-runtime.md §2.2)
     assert _slots(fake) == {"torch": 1, "cuda-bindings": 1, "libcudart": 1}
-    # draining one runtime leaves the others pending (spec §6)
+    # draining one runtime leaves the others pending (docs/cuda-runtime.md §6)
     assert int(fake.runtime.cudaGetLastError()[0]) == 1
     assert _slots(fake) == {"torch": 1, "cuda-bindings": 0, "libcudart": 1}
 
@@ -189,7 +189,8 @@ def test_ctypes_example_reports_the_runtime_name_of_the_error() -> None:
 
 
 def test_driver_example_over_a_512_gib_ceiling() -> None:
-    # spec §2.2: a single call of 512 GiB or more -> 2 on R580+; chunking below it succeeds
+    # docs/cuda-runtime.md §2.2: a single call of 512 GiB or more -> 2 on R580+; chunking below it
+    # succeeds
     mod = _example("driver_register")
     fake = FakeCuda()
     buf = fake.virtual(600 * GiB)

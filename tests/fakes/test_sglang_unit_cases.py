@@ -1,7 +1,7 @@
-"""SGLang's chunked-registration unit tests (spec/pools.md §3 tests 8-11), against the fake.
+"""SGLang's chunked-registration unit tests (docs/pools.md §3 tests 8-11), against the fake.
 
 The registration functions below are written in SGLang's style from the paraphrase in
-spec/pools.md §1.1 (no upstream code is copied): they reach cudart through
+docs/pools.md §1.1 (no upstream code is copied): they reach cudart through
 ``torch.cuda.cudart()``, which ``fake.patch()`` points at the fake, and register a virtual
 buffer, so the fake's real rules (overlap, per-call ceiling, unregister codes) apply instead of
 a record-only stand-in.
@@ -22,7 +22,7 @@ MiB, GiB = 1 << 20, 1 << 30
 ATTR = "_sglang_cuda_host_registered_ranges"
 
 
-# -- the function under test, SGLang style (spec pools.md §1.1) --------------------------------
+# -- the function under test, SGLang style (docs/pools.md §1.1) --------------------------------
 
 def _unregister_ranges(cudart: Any, ranges: list[tuple[int, int]], *, operation: str
                        ) -> list[tuple[int, int]]:
@@ -92,7 +92,7 @@ def _unregs(fake: FakeCuda) -> list[int]:
 
 
 def test_registration_boundaries_honor_page_copy_granularity() -> None:
-    # spec pools.md §3 test 11: total 2500 MiB, G = 300 MiB, LIM = 1 GiB -> chunk 900 MiB
+    # docs/pools.md §3 test 11: total 2500 MiB, G = 300 MiB, LIM = 1 GiB -> chunk 900 MiB
     fake = FakeCuda()
     buf = fake.virtual(2500 * MiB, "uint8", name="kv_buffer")
     base, g = buf.data_ptr(), 300 * MiB
@@ -110,7 +110,7 @@ def test_registration_boundaries_honor_page_copy_granularity() -> None:
 
 
 def test_unregister_releases_every_registered_chunk_once() -> None:
-    # spec pools.md §3 test 8: 2 GiB + 17 with G = 1 GiB; unregister twice; reverse order, once
+    # docs/pools.md §3 test 8: 2 GiB + 17 with G = 1 GiB; unregister twice; reverse order, once
     fake = FakeCuda()
     buf = fake.virtual(2 * GiB + 17, "uint8", name="kv_buffer")
     base = buf.data_ptr()
@@ -128,7 +128,7 @@ def test_unregister_releases_every_registered_chunk_once() -> None:
 
 
 def test_double_unregister_without_bookkeeping_is_caught_by_the_fake() -> None:
-    # spec cuda-runtime.md §3 "Second unregister of the same base" -> 713 [INF]: what the fake
+    # docs/cuda-runtime.md §3 "Second unregister of the same base" -> 713 [INF]: what the fake
     # says when the ranges attribute is lost and the compatibility path runs again
     fake = FakeCuda()
     buf = fake.virtual(2 * GiB + 17, "uint8", name="kv_buffer")
@@ -142,7 +142,7 @@ def test_double_unregister_without_bookkeeping_is_caught_by_the_fake() -> None:
 
 
 def test_registration_failure_rolls_back_prior_chunks() -> None:
-    # spec pools.md §3 test 9: fail_on_registration=2 -> RuntimeError matching offset=1073741824;
+    # docs/pools.md §3 test 9: fail_on_registration=2 -> RuntimeError matching offset=1073741824;
     # registrations == [(base,1GiB,0), (base+1GiB,1GiB,0)]; unregistrations == [base]
     fake = FakeCuda()
     buf = fake.virtual(2 * GiB + 17, "uint8", name="kv_buffer")
@@ -154,13 +154,13 @@ def test_registration_failure_rolls_back_prior_chunks() -> None:
     assert _regs(fake) == [(base, GiB, 0), (base + GiB, GiB, 0)]
     assert _unregs(fake) == [base]
     assert fake.live_registrations() == []
-    assert not hasattr(buf, ATTR)                       # spec pools.md §1.1: left unset
-    # spec cuda-runtime.md §6 known failure mode: the failure stays pending in torch's runtime
+    assert not hasattr(buf, ATTR)                       # docs/pools.md §1.1: left unset
+    # docs/cuda-runtime.md §6 known failure mode: the failure stays pending in torch's runtime
     assert fake.torch_runtime.peek_at_last_error() == 1
 
 
 def test_missing_copy_granularity_preserves_single_registration() -> None:
-    # spec pools.md §3 test 10: 2 GiB + 17 with no G and LIM = 1 GiB -> one call (base, total, 0)
+    # docs/pools.md §3 test 10: 2 GiB + 17 with no G and LIM = 1 GiB -> one call (base, total, 0)
     fake = FakeCuda()
     buf = fake.virtual(2 * GiB + 17, "uint8", name="kv_buffer")
     with fake.patch():
@@ -172,7 +172,7 @@ def test_missing_copy_granularity_preserves_single_registration() -> None:
 
 
 def test_single_call_over_512_gib_fails_on_r580() -> None:
-    # spec cuda-runtime.md §2.2 per-call ceiling [OBS-ext] + spec pools.md §1.1 "chunk := total
+    # docs/cuda-runtime.md §2.2 per-call ceiling [OBS-ext] + docs/pools.md §1.1 "chunk := total
     # ... even if total > LIM": the legacy path hits the 512 GiB ceiling; chunking avoids it
     fake = FakeCuda("h200-r580")
     buf = fake.virtual(600 * GiB, "uint8", name="kv_buffer")
@@ -187,7 +187,7 @@ def test_single_call_over_512_gib_fails_on_r580() -> None:
 
 
 def test_zero_byte_buffer_makes_no_calls() -> None:
-    # spec pools.md §1.1 "A zero-byte buffer makes no calls, and ranges=[] is stored"
+    # docs/pools.md §1.1 "A zero-byte buffer makes no calls, and ranges=[] is stored"
     fake = FakeCuda()
     buf = fake.virtual(0, "uint8")
     with fake.patch():
@@ -201,7 +201,7 @@ def test_zero_byte_buffer_makes_no_calls() -> None:
     (0, "must be positive"), (-5, "must be positive"), (2 * GiB, "exceeds the configured"),
 ])
 def test_bad_granularity_makes_no_calls(g: int, message: str) -> None:
-    # spec pools.md §1.1 "if G <= 0: fail with ValueError"; "if G > LIM: fail with ValueError"
+    # docs/pools.md §1.1 "if G <= 0: fail with ValueError"; "if G > LIM: fail with ValueError"
     fake = FakeCuda()
     buf = fake.virtual(4 * MiB, "uint8")
     with fake.patch(), pytest.raises(ValueError, match=message):
@@ -210,7 +210,7 @@ def test_bad_granularity_makes_no_calls(g: int, message: str) -> None:
 
 
 def test_second_registration_of_a_pinned_pool_gives_712() -> None:
-    # spec cuda-runtime.md §10 sglang PR #38832 "Re-registering already-pinned pools gives 712"
+    # docs/cuda-runtime.md §10 sglang PR #38832 "Re-registering already-pinned pools gives 712"
     # [OBS-ext]; §2.2 "Exactly the same range registered twice" -> 712
     fake = FakeCuda()
     buf = fake.virtual(2 * GiB + 17, "uint8")

@@ -1,4 +1,4 @@
-"""The ``torch.cuda.cudart()`` face (spec/cuda-runtime.md §7, §11.6)."""
+"""The ``torch.cuda.cudart()`` face (docs/cuda-runtime.md §7, §11.6)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _pair(fake: FakeCuda) -> tuple[object, object]:
 
 
 def test_results_compare_equal_to_ints(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §7 "e == 712 is True and e != cudaError.success behaves as expected"
+    # docs/cuda-runtime.md §7 "e == 712 is True and e != cudaError.success behaves as expected"
     # [OBS-local]
     ok, dup = _pair(fake)
     assert ok == 0 and dup == 712
@@ -36,7 +36,7 @@ def test_results_compare_equal_to_ints(fake: FakeCuda) -> None:
 
 
 def test_results_are_always_truthy(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §7 "bool(e) is True even for success. `if err:` is a bug" [OBS-local]
+    # docs/cuda-runtime.md §7 "bool(e) is True even for success. `if err:` is a bug" [OBS-local]
     ok, dup = _pair(fake)
     assert bool(ok) is True
     assert bool(dup) is True
@@ -44,7 +44,7 @@ def test_results_are_always_truthy(fake: FakeCuda) -> None:
 
 
 def test_value_int_index_hash(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §7 "int(e) and e.value give the code, and operator.index works";
+    # docs/cuda-runtime.md §7 "int(e) and e.value give the code, and operator.index works";
     # "hashable, with the same hash as the int" [OBS-local]
     ok, dup = _pair(fake)
     assert dup.value == 712 and int(dup) == 712 and operator.index(dup) == 712
@@ -54,7 +54,7 @@ def test_value_int_index_hash(fake: FakeCuda) -> None:
 
 
 def test_not_an_int_subclass(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §7 "It is not an int subclass" [OBS-local]
+    # docs/cuda-runtime.md §7 "It is not an int subclass" [OBS-local]
     ok, dup = _pair(fake)
     assert not isinstance(dup, int)
     assert not isinstance(ok, int)
@@ -63,7 +63,7 @@ def test_not_an_int_subclass(fake: FakeCuda) -> None:
 
 
 def test_repr_str_name(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §7 "Values other than 0 are unnamed: repr gives <cudaError.???: 712>,
+    # docs/cuda-runtime.md §7 "Values other than 0 are unnamed: repr gives <cudaError.???: 712>,
     # str gives cudaError.???, .name gives '???'" [OBS-local]; pytorch PR #132089
     ok, dup = _pair(fake)
     assert repr(dup) == "<cudaError.???: 712>"
@@ -75,14 +75,14 @@ def test_repr_str_name(fake: FakeCuda) -> None:
 
 
 def test_canonical_checks_work(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §7 "Canonical checks seen: int(res) != 0, res.value != 0" [OBS-ext]
+    # docs/cuda-runtime.md §7 "Canonical checks seen: int(res) != 0, res.value != 0" [OBS-ext]
     ok, dup = _pair(fake)
     assert int(ok) == 0 and ok.value == 0
     assert int(dup) != 0 and dup.value != 0
 
 
 def test_check_error_raises_cuda_error_under_patch(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §7 "torch.cuda.check_error(res), which raises torch.cuda.CudaError
+    # docs/cuda-runtime.md §7 "torch.cuda.check_error(res), which raises torch.cuda.CudaError
     # with message '<error string> (<code>)'" [OBS-local]
     torch = pytest.importorskip("torch", reason="torch is not installed")
     base = fake.virtual(MiB).data_ptr()
@@ -99,7 +99,7 @@ def test_check_error_raises_cuda_error_under_patch(fake: FakeCuda) -> None:
 
 
 def test_patch_is_undone(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §7 CPU-only build: torch.cuda.cudart() raises AssertionError
+    # docs/cuda-runtime.md §7 CPU-only build: torch.cuda.cudart() raises AssertionError
     # [OBS-local]; the fake must only be reachable inside fake.patch()
     torch = pytest.importorskip("torch", reason="torch is not installed")
     before = torch.cuda.cudart
@@ -109,7 +109,7 @@ def test_patch_is_undone(fake: FakeCuda) -> None:
 
 
 def test_get_error_string_needs_the_enum(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §7 "a plain int raises TypeError (pybind11)"; returns str [OBS-local]
+    # docs/cuda-runtime.md §7 "a plain int raises TypeError (pybind11)"; returns str [OBS-local]
     _, dup = _pair(fake)
     assert fake.torch.cudaGetErrorString(dup) == \
         "part or all of the requested memory range is already mapped"
@@ -120,7 +120,7 @@ def test_get_error_string_needs_the_enum(fake: FakeCuda) -> None:
 
 
 def test_cuda_error_constructor(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §7 "Usage: cudaGetErrorString(cudaError(712))" [OBS-local]
+    # docs/cuda-runtime.md §7 "Usage: cudaGetErrorString(cudaError(712))" [OBS-local]
     e = fake.torch.cudaError(712)
     assert e == 712 and e.value == 712
     with pytest.raises(TypeError):
@@ -145,7 +145,7 @@ def test_cuda_error_constructor(fake: FakeCuda) -> None:
 ])
 def test_register_argument_conversion_raises_type_error(fake: FakeCuda, args: tuple[object, ...],
                                                         why: str) -> None:
-    # spec cuda-runtime.md §7 "Argument conversion (pybind11): negative ints, ints of 2^64 or
+    # docs/cuda-runtime.md §7 "Argument conversion (pybind11): negative ints, ints of 2^64 or
     # more, None and floats all raise TypeError for the uintptr_t and size_t parameters"
     # [OBS-local]
     with pytest.raises(TypeError, match="incompatible function arguments"):
@@ -155,13 +155,13 @@ def test_register_argument_conversion_raises_type_error(fake: FakeCuda, args: tu
 
 @pytest.mark.parametrize("ptr", [-1, 1 << 64, 1.0, None])
 def test_unregister_argument_conversion_raises_type_error(fake: FakeCuda, ptr: object) -> None:
-    # spec cuda-runtime.md §7 argument conversion row [OBS-local]
+    # docs/cuda-runtime.md §7 argument conversion row [OBS-local]
     with pytest.raises(TypeError):
         fake.torch.cudaHostUnregister(ptr)
 
 
 def test_only_torchs_api_surface(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §7 contents table: no cudaPointerGetAttributes, no cudaMemcpyAsync
+    # docs/cuda-runtime.md §7 contents table: no cudaPointerGetAttributes, no cudaMemcpyAsync
     # in torch._C._cudart [OBS-local]
     for name in ("cudaPointerGetAttributes", "cudaMemcpyAsync", "cudaHostAlloc",
                  "cudaGetLastError"):
@@ -173,13 +173,13 @@ def test_only_torchs_api_surface(fake: FakeCuda) -> None:
 
 
 def test_mem_get_info_returns_tuple(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §7 "cudaMemGetInfo(device): (free, total) tuple" [OBS-local]
+    # docs/cuda-runtime.md §7 "cudaMemGetInfo(device): (free, total) tuple" [OBS-local]
     free, total = fake.torch.cudaMemGetInfo(0)
     assert total == fake.profile.total_memory and 0 < free <= total
 
 
 def test_stream_create_writes_the_handle_slot(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §7 "cudaStreamCreate(ptr_to_handle): the address of a cudaStream_t
+    # docs/cuda-runtime.md §7 "cudaStreamCreate(ptr_to_handle): the address of a cudaStream_t
     # slot" [OBS-local]
     np = pytest.importorskip("numpy")
     slot = np.zeros(1, np.uint64)
@@ -192,7 +192,7 @@ def test_stream_create_writes_the_handle_slot(fake: FakeCuda) -> None:
 
 
 def test_torch_results_are_recorded(fake: FakeCuda) -> None:
-    # spec cuda-runtime.md §7: the recorded code is the enum's value
+    # docs/cuda-runtime.md §7: the recorded code is the enum's value
     _pair(fake)
     assert fake.trace.codes("cudaHostRegister") == [0, 712]
     assert [e.face for e in fake.trace.calls("cudaHostRegister")] == ["torch", "torch"]

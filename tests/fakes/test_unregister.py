@@ -1,4 +1,4 @@
-"""cudaHostUnregister (spec/cuda-runtime.md §3, §11.2)."""
+"""cudaHostUnregister (docs/cuda-runtime.md §3, §11.2)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def _fake(profile: object = None) -> tuple[FakeCuda, object, int]:
 
 
 def test_exact_base_succeeds_and_removes() -> None:
-    # spec cuda-runtime.md §3 "Exact base of a live registration" -> Success [OBS-ext]
+    # docs/cuda-runtime.md §3 "Exact base of a live registration" -> Success [OBS-ext]
     fake, rt, base = _fake()
     assert int(rt.cudaHostUnregister(base)[0]) == 0
     assert fake.live_registrations() == []
@@ -28,7 +28,7 @@ def test_exact_base_succeeds_and_removes() -> None:
 
 @pytest.mark.parametrize("off", [1, 4096, 4 * MiB - 1])
 def test_interior_pointer_gives_invalid_value_not_713(off: int) -> None:
-    # spec cuda-runtime.md §3 "Interior pointer of a live registration" -> 1 (not 713)
+    # docs/cuda-runtime.md §3 "Interior pointer of a live registration" -> 1 (not 713)
     # [OBS-ext] NVIDIA test_cudart.py
     fake, rt, base = _fake()
     assert int(rt.cudaHostUnregister(base + off)[0]) == 1
@@ -38,7 +38,7 @@ def test_interior_pointer_gives_invalid_value_not_713(off: int) -> None:
 
 @pytest.mark.parametrize("where", ["just past the end", "elsewhere in the buffer", "far away"])
 def test_unknown_pointer_gives_713(where: str) -> None:
-    # spec cuda-runtime.md §3 "Pointer in no registration" -> 713 [OBS-ext] chapel #25669
+    # docs/cuda-runtime.md §3 "Pointer in no registration" -> 713 [OBS-ext] chapel #25669
     fake, rt, base = _fake()
     ptr = {"just past the end": base + 4 * MiB, "elsewhere in the buffer": base + 8 * MiB,
            "far away": 0x7F00_0000_0000}[where]
@@ -47,7 +47,7 @@ def test_unknown_pointer_gives_713(where: str) -> None:
 
 
 def test_second_unregister_gives_713() -> None:
-    # spec cuda-runtime.md §3 "Second unregister of the same base" -> 713 [INF]; §11.2
+    # docs/cuda-runtime.md §3 "Second unregister of the same base" -> 713 [INF]; §11.2
     fake, rt, base = _fake()
     assert int(rt.cudaHostUnregister(base)[0]) == 0
     assert int(rt.cudaHostUnregister(base)[0]) == 713
@@ -56,7 +56,7 @@ def test_second_unregister_gives_713() -> None:
 
 @pytest.mark.parametrize("code", [1, 713])
 def test_null_follows_profile(code: int) -> None:
-    # spec cuda-runtime.md §3 "NULL" -> [UNC]: InvalidValue or 713; profile unregister_null_code
+    # docs/cuda-runtime.md §3 "NULL" -> [UNC]: InvalidValue or 713; profile unregister_null_code
     fake, rt, _ = _fake(PROFILES["h200-r580"].replace(unregister_null_code=code))
     assert int(rt.cudaHostUnregister(0)[0]) == code
     assert int(rt.cudaHostUnregister(None)[0]) == code      # cuda-python: None is NULL
@@ -65,7 +65,7 @@ def test_null_follows_profile(code: int) -> None:
 
 
 def test_default_null_code_is_one_of_the_spec_answers() -> None:
-    # spec cuda-runtime.md §3 NULL row [UNC]: "InvalidValue or 713"; the default profile
+    # docs/cuda-runtime.md §3 NULL row [UNC]: "InvalidValue or 713"; the default profile
     # answers InvalidValue (1), and nothing is unregistered
     fake, rt, _ = _fake()
     assert int(rt.cudaHostUnregister(0)[0]) == 1
@@ -74,7 +74,7 @@ def test_default_null_code_is_one_of_the_spec_answers() -> None:
 
 
 def test_host_alloc_pointer_gives_invalid_value() -> None:
-    # spec cuda-runtime.md §3 "Pointer from cudaHostAlloc" -> 1 [OBS-ext] lupine #437
+    # docs/cuda-runtime.md §3 "Pointer from cudaHostAlloc" -> 1 [OBS-ext] lupine #437
     fake, rt, base = _fake()
     err, ptr = rt.cudaHostAlloc(MiB, 0)
     assert int(err) == 0
@@ -86,7 +86,7 @@ def test_host_alloc_pointer_gives_invalid_value() -> None:
 
 
 def test_unregister_one_of_adjacent_registrations_keeps_the_other() -> None:
-    # spec cuda-runtime.md §3 [DOC] "Unmaps the range whose base is ptr"
+    # docs/cuda-runtime.md §3 [DOC] "Unmaps the range whose base is ptr"
     fake, rt, base = _fake()
     nxt = base + 4 * MiB
     assert int(rt.cudaHostRegister(nxt, MiB, 0)[0]) == 0
@@ -95,7 +95,7 @@ def test_unregister_one_of_adjacent_registrations_keeps_the_other() -> None:
 
 
 def test_unregister_across_faces() -> None:
-    # spec cuda-runtime.md §6 "Registrations are driver-level and shared by all runtimes in the
+    # docs/cuda-runtime.md §6 "Registrations are driver-level and shared by all runtimes in the
     # process" [INF]; §3 exact base -> 0
     fake, rt, base = _fake()
     assert int(fake.torch.cudaHostUnregister(base)) == 0   # registered via cuda-python

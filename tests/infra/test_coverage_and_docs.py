@@ -68,7 +68,7 @@ def test_coverage_lists_every_function_with_one_answer() -> None:
 
 
 def test_error_helpers() -> None:
-    # spec cuda-runtime.md §1: names/strings, and the fallback for unknown codes [OBS-local]
+    # docs/cuda-runtime.md §1: names/strings, and the fallback for unknown codes [OBS-local]
     assert error_name(712) == "cudaErrorHostMemoryAlreadyRegistered"
     assert error_string(2) == "out of memory"
     assert error_name(5555) == error_string(5555) == "unrecognized error code"
@@ -86,7 +86,8 @@ def test_error_helpers() -> None:
 def test_profiles_and_their_unc_switches() -> None:
     p = get_profile()
     assert p.name == "h200-r580" and p.per_call_limit == 512 << 30
-    assert p.copy_across_registrations == "reject"  # conservative default, spec §11.3
+    # conservative default, docs/cuda-runtime.md §11.3
+    assert p.copy_across_registrations == "reject"
     assert get_profile("h100-r575").per_call_limit is None
     with pytest.raises(ValueError, match="known"):
         get_profile("h300")
@@ -129,7 +130,7 @@ def test_readme_example_runs() -> None:
     exec(compile(block.group(1), "README.md", "exec"), namespace)
     fake = namespace["fake"]
     assert isinstance(fake, FakeCuda)
-    # the 1.2 TiB single call hit the 512 GiB ceiling (spec cuda-runtime.md §2.2) -> 2
+    # the 1.2 TiB single call hit the 512 GiB ceiling (docs/cuda-runtime.md §2.2) -> 2
     assert fake.trace.codes("cudaHostRegister") == [2]
 
 

@@ -1,4 +1,4 @@
-"""Fault plans (design.md "Fault plans"; spec/anchors.md §8, §9.5)."""
+"""Fault plans (fault points, triggers and actions)."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_probability_needs_a_seed_and_repeats_with_it() -> None:
 
 def test_error_must_be_one_the_api_can_return() -> None:
     plan = FaultPlan()
-    # spec cuda-runtime.md §3: cudaHostUnregister returns only 1, 713 (and init errors)
+    # docs/cuda-runtime.md §3: cudaHostUnregister returns only 1, 713 (and init errors)
     with pytest.raises(FaultPlanError, match="cannot return 2") as info:
         plan.arm("cudart.cudaHostUnregister", error=2)
     assert "713 cudaErrorHostMemoryNotRegistered" in str(info.value)
@@ -143,7 +143,7 @@ def test_injected_error_looks_real_on_both_faces() -> None:
     fake.inject("cudaHostGetDevicePointer", nth=1, error=1)
     out = fake.runtime.cudaHostGetDevicePointer(buf.data_ptr(), 0)
     assert out == (fake.runtime.cudaError_t.cudaErrorInvalidValue, None)
-    # the failure is pending in the runtime instance that saw it (spec cuda-runtime.md §6)
+    # the failure is pending in the runtime instance that saw it (docs/cuda-runtime.md §6)
     assert int(fake.runtime.cudaGetLastError()[0]) == 1
     assert not fake.live_registrations()
 

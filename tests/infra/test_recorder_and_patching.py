@@ -52,12 +52,12 @@ def test_patch_torch_restores_cpu_torch_behaviour() -> None:
     before = torch.cuda.cudart
     with fake.patch():
         assert torch.cuda.cudart() is fake.torch
-        # check_error reads the module global _cudart (spec cuda-runtime.md §7)
+        # check_error reads the module global _cudart (docs/cuda-runtime.md §7)
         with pytest.raises(torch.cuda.CudaError, match="invalid argument"):
             torch.cuda.check_error(torch.cuda.cudart().cudaHostRegister(0, 0, 0))
     assert torch.cuda.cudart is before
     if not torch.cuda.is_available():
-        # spec §7 CPU-only build row: AssertionError again once the fake is gone
+        # docs/cuda-runtime.md §7 CPU-only build row: AssertionError again once the fake is gone
         with pytest.raises(AssertionError):
             torch.cuda.cudart()
 
@@ -134,13 +134,13 @@ def test_two_fakes_are_independent() -> None:
 @pytest.mark.parametrize("profile,message", [
     ("no-driver", "Found no NVIDIA driver"), ("no-gpu", "No CUDA GPUs are available")])
 def test_torch_init_errors_under_env_profiles(profile: str, message: str) -> None:
-    # spec cuda-runtime.md §7: a CUDA build of torch without a usable GPU raises RuntimeError
+    # docs/cuda-runtime.md §7: a CUDA build of torch without a usable GPU raises RuntimeError
     fake = FakeCuda(profile)
     with fake.patch():
         assert torch.cuda.is_available() is False and torch.cuda.device_count() == 0
         with pytest.raises(RuntimeError, match=message):
             torch.cuda.cudart()
-        # cuda-python still answers with the init error code (spec §2.2, §9)
+        # cuda-python still answers with the init error code (docs/cuda-runtime.md §2.2, §9)
         from cuda.bindings import runtime
 
         assert int(runtime.cudaGetDeviceCount()[0]) in (35, 100)

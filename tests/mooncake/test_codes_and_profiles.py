@@ -1,4 +1,4 @@
-"""ErrorCode values, TE codes and the two behaviour profiles (mooncake-verbs.md §1.4-§1.7)."""
+"""ErrorCode values, TE codes and the two behaviour profiles (docs/mooncake-verbs.md §1.4-§1.7)."""
 
 from __future__ import annotations
 

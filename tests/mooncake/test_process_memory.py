@@ -1,7 +1,7 @@
 """The store moves the bytes of any registered process memory, with no tracking call.
 
 ``register_buffer`` -> ``registerLocalMemory`` -> ``ibv_reg_mr`` on every device
-(mooncake-verbs.md §1.5): the kernel pins the range (umem.c ``ib_umem_get``), so an unmapped
+(docs/mooncake-verbs.md §1.5): the kernel pins the range (umem.c ``ib_umem_get``), so an unmapped
 range fails there with EFAULT and the store collapses the TE error into INVALID_PARAMS
 (-600, §1.4). Registered memory is then read by ``put_from`` and written by ``get_into``
 in place, as the real transfer engine's DMA does.

@@ -1,4 +1,4 @@
-"""register_buffer -> MRs per device, size limits by version (mooncake-verbs.md §1.5, §1.6)."""
+"""register_buffer -> MRs per device, size limits by version (docs/mooncake-verbs.md §1.5, §1.6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Slices and MR seams: released vs head (mooncake-verbs.md §1.3, §1.7, §6.1)."""
+"""Slices and MR seams: released vs head (docs/mooncake-verbs.md §1.3, §1.7, §6.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The store's Python API: return conventions and semantics (mooncake-verbs.md §1.1-§1.3)."""
+"""The store's Python API: return conventions and semantics (docs/mooncake-verbs.md §1.1-§1.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The pytest plugin as a downstream project sees it (pytester; spec/anchors.md §6)."""
+"""The pytest plugin as a downstream project sees it (pytester)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The families must reproduce page_extents() row for row, and the seam arithmetic must find exactly
 the rows the per-page walk finds, with seams placed right (on the copy unit), wrong (byte
-offsets, off by one byte) and at random, for every pool type and layout (pools.md §4, §5).
+offsets, off by one byte) and at random, for every pool type and layout (docs/pools.md §4, §5).
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def test_seam_arithmetic_agrees_with_the_per_page_walk(
 
 
 def test_seams_on_the_copy_unit_cut_no_page_and_byte_offsets_do() -> None:
-    # pools.md §1.1: seams on multiples of P*layout_dim never cut a page_first page.
+    # docs/pools.md §1.1: seams on multiples of P*layout_dim never cut a page_first page.
     geo = MHAGeometry("page_first", 4, 2, 16, "bfloat16", 3, 1000)
     fams = families_of(geo)
     unit = geo.page_bytes

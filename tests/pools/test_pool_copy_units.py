@@ -1,4 +1,4 @@
-"""copy_unit per layout, checked against the device-transfer extents of pools.md §5.
+"""copy_unit per layout, checked against the device-transfer extents of docs/pools.md §5.
 
 copy_unit is the block size such that every real transfer of a buffer stays inside one block
 from the base. These tests build the §5 copy extents directly (not from the geometry's page
@@ -33,7 +33,7 @@ def inside_one_block(offset: np.ndarray, size: np.ndarray, unit: int) -> bool:
 
 
 def test_mha_layer_first_unit_is_the_layer_slab() -> None:
-    # pools.md §5.2 transfer_kv_direct: per run of consecutive tokens and per layer one copy of
+    # docs/pools.md §5.2 transfer_kv_direct: per run of consecutive tokens and per layer one copy of
     # run_len * token_bytes; a run may cross pages but not a layer slab.
     geo = MHAGeometry("layer_first", L, H, D, "bf16", P, N)
     (buf,) = geo.buffers()
@@ -83,25 +83,25 @@ def test_mha_page_head_unit_is_one_page() -> None:
 
 
 def test_mla_layer_first_unit_is_the_layer_slab() -> None:
-    # Same direct-io run rule as MHA (pools.md §5.2), with token bytes C*b. C=5 fp16, S=20.
+    # Same direct-io run rule as MHA (docs/pools.md §5.2), with token bytes C*b. C=5 fp16, S=20.
     geo = MLAGeometry("layer_first", L, 4, 1, "fp16", P, N)
     assert geo.buffers()[0].copy_unit == S * 5 * 2
 
 
 def test_dsa_layer_first_unit_is_the_layer_slab() -> None:
-    # pools.md §2.5: rows of t*P bytes per layer, indexer_page_num rows per layer slab.
+    # docs/pools.md §2.5: rows of t*P bytes per layer, indexer_page_num rows per layer slab.
     geo = DSAIndexerGeometry("layer_first", L, 8, 4, P, N)
     t = 8 + 2 * 4
     assert geo.buffers()[0].copy_unit == geo.indexer_page_num * t * P
 
 
 def test_deepseek_v4_layer_first_unit_is_each_allocation() -> None:
-    # pools.md §2.7: each layer is its own allocation registered in one call.
+    # docs/pools.md §2.7: each layer is its own allocation registered in one call.
     geo = DeepSeekV4PagedGeometry("layer_first", 3, 11, 4, 5)
     assert [b.copy_unit for b in geo.buffers()] == [55, 55, 55]
 
 
 def test_fastdeploy_unit_is_the_block_stride() -> None:
-    # mooncake-verbs.md §2.3: every key is one block (stride bytes) of the K or V half.
+    # docs/mooncake-verbs.md §2.3: every key is one block (stride bytes) of the K or V half.
     geo = FastDeployGeometry(2, 2, 4, "bf16", 4, 3)
     assert {b.copy_unit for b in geo.buffers()} == {geo.cache_buffer_stride_bytes}

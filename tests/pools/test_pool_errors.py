@@ -39,7 +39,7 @@ VALID: dict[str, dict[str, Any]] = {
                        page_num=3),
 }  # fmt: skip
 
-# C = kv_lora_rank + 0 is a valid MLA width (pools.md §2.4), so rope may be 0.
+# C = kv_lora_rank + 0 is a valid MLA width (docs/pools.md §2.4), so rope may be 0.
 ZERO_ALLOWED = {("mla", "qk_rope_head_dim")}
 BAD_DIMS = [
     (pool, name, bad)
@@ -81,13 +81,13 @@ def test_bad_shapes_name_the_dimension(pool: str, field: str, bad: object) -> No
 @pytest.mark.parametrize(
     ("pool", "layout"),
     [
-        ("mha_asymmetric", "layer_first"),  # pools.md §2.3: upstream raises ValueError
+        ("mha_asymmetric", "layer_first"),  # docs/pools.md §2.3: upstream raises ValueError
         ("mha_asymmetric", "page_head"),
-        ("mha_k_only", "page_head"),  # pools.md §2.2 table has no page_head
+        ("mha_k_only", "page_head"),  # docs/pools.md §2.2 table has no page_head
         ("mla", "page_head"),
         ("mla", "page_first_kv_split"),  # a different buffer set: pool type mla_kv_split
         ("dsa_indexer", "page_head"),
-        ("mamba", "layer_first"),  # pools.md §2.6: asserts page_first(_direct)
+        ("mamba", "layer_first"),  # docs/pools.md §2.6: asserts page_first(_direct)
         ("deepseek_v4_paged", "page_head"),
         ("mha", "pagefirst"),
     ],
@@ -127,7 +127,7 @@ def test_missing_param_is_named() -> None:
 
 
 def test_fastdeploy_dtype_rules() -> None:
-    # mooncake-verbs.md §2.3 item bytes: float32, bf16/fp16, uint8/block_wise_fp8 only.
+    # docs/mooncake-verbs.md §2.3 item bytes: float32, bf16/fp16, uint8/block_wise_fp8 only.
     with pytest.raises(GeometryError, match="dtype must be one of"):
         make_geometry("fastdeploy", **dict(VALID["fastdeploy"], dtype="int32"))
     with pytest.raises(GeometryError, match="scale_item_bytes"):
@@ -137,7 +137,7 @@ def test_fastdeploy_dtype_rules() -> None:
 
 
 def test_state_pools_must_agree_on_page_bytes() -> None:
-    # pools.md §2.7: state_page_bytes must be equal across pools.
+    # docs/pools.md §2.7: state_page_bytes must be equal across pools.
     params = dict(VALID["deepseek_v4_state"], kv_score_shapes=[[4, 3], [4, 5]])
     with pytest.raises(GeometryError, match="state_page_bytes must be equal"):
         make_geometry("deepseek_v4_state", **params)
@@ -171,7 +171,7 @@ def test_no_page_meta_is_a_geometry_error() -> None:
 
 
 def test_sizing_classmethods_refuse_pools_sized_otherwise() -> None:
-    # V4 pools size from a memory budget (pools.md §2.7); FastDeploy from max_model_len.
+    # V4 pools size from a memory budget (docs/pools.md §2.7); FastDeploy from max_model_len.
     with pytest.raises(GeometryError, match="page_num"):
         make_geometry("deepseek_v4_paged", **VALID["deepseek_v4_paged"]).from_size(10, 2)
     with pytest.raises(GeometryError, match="max_model_len"):

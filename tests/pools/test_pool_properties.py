@@ -25,7 +25,7 @@ any_geometry = single | anchor_and_sides
 
 
 def page_limit(geo: PoolGeometry) -> int:
-    """Pages every member can list (group members keep their own page counts, pools.md §2.9)."""
+    """Pages every member can list (members keep their own page counts, docs/pools.md §2.9)."""
     if isinstance(geo, HostPoolGroup):
         return min(page_limit(m) for m in geo.members)
     return int(geo.page_count)
@@ -34,7 +34,7 @@ def page_limit(geo: PoolGeometry) -> int:
 @settings(max_examples=300, deadline=None)
 @given(any_geometry)
 def test_every_extent_inside_its_buffer_and_one_copy_unit(geo: PoolGeometry) -> None:
-    # pools.md §4 (pointers) + §5 (copy units): every row lies in its buffer, inside one
+    # docs/pools.md §4 (pointers) + §5 (copy units): every row lies in its buffer, inside one
     # copy_unit block from the base, and rows never overlap each other.
     if not geo.has_page_meta:
         return
@@ -58,7 +58,7 @@ def test_every_extent_inside_its_buffer_and_one_copy_unit(geo: PoolGeometry) -> 
 @settings(max_examples=300, deadline=None)
 @given(any_geometry)
 def test_page_extents_are_whole_granularity_pages(geo: PoolGeometry) -> None:
-    # pools.md §4 "points to note": in page-first layouts each pointer/size pair is exactly one
+    # docs/pools.md §4 "points to note": in page-first layouts each pointer/size pair is exactly one
     # G-sized page starting at a multiple of G, so chunk = floor(LIM/G)*G never splits one (§1.1).
     if not geo.has_page_meta:
         return
@@ -78,7 +78,8 @@ def test_page_extents_are_whole_granularity_pages(geo: PoolGeometry) -> None:
 @settings(max_examples=200, deadline=None)
 @given(any_geometry, st.data())
 def test_subset_of_pages_matches_the_full_listing(geo: PoolGeometry, data: st.DataObject) -> None:
-    # get_page_buffer_meta for some pages = the full listing's rows of those pages (pools.md §4);
+    # get_page_buffer_meta for some pages = the full listing's rows of those pages (docs/pools.md
+    # §4);
     # catches per-page strides computed from the wrong page.
     if not geo.has_page_meta:
         return
@@ -97,7 +98,7 @@ def test_subset_of_pages_matches_the_full_listing(geo: PoolGeometry, data: st.Da
 @settings(max_examples=300, deadline=None)
 @given(any_geometry)
 def test_buffers_are_consistent(geo: PoolGeometry) -> None:
-    # pools.md §0: the registered byte count is numel * itemsize; regions tile each buffer;
+    # docs/pools.md §0: the registered byte count is numel * itemsize; regions tile each buffer;
     # granularity (when passed) divides the buffer's page-aligned part.
     for buf in geo.buffers():
         assert buf.nbytes == math.prod(buf.shape) * buf.dtype.itemsize
@@ -115,7 +116,7 @@ SIZE_PER_TOKEN_POOLS = ["mha", "mha_k_only", "mha_asymmetric", "mla", "mamba"]
 @settings(max_examples=100, deadline=None)
 @given(st.sampled_from(SIZE_PER_TOKEN_POOLS).flatmap(lambda k: GEOMETRIES[k]))
 def test_total_bytes_equal_size_times_size_per_token(geo: PoolGeometry) -> None:
-    # pools.md §0: requested = S * size_per_token, with size_per_token from §2.1-§2.4, §2.6 —
+    # docs/pools.md §0: requested = S * size_per_token, with size_per_token from §2.1-§2.4, §2.6 —
     # an independent formula for the bytes the buffers' shapes hold.
     derived = geo.describe()["derived"]
     assert geo.total_nbytes == derived["size"] * derived["size_per_token"]

@@ -21,7 +21,7 @@ from kvreg.harness.pools import (
 
 
 def test_registry_covers_every_pool_family() -> None:
-    # pools.md §2.1-§2.9 and mooncake-verbs.md §2.3.
+    # docs/pools.md §2.1-§2.9 and docs/mooncake-verbs.md §2.3.
     assert set(POOL_TYPES) == {
         "mha", "mha_k_only", "mha_asymmetric", "mla", "mla_kv_split", "dsa_indexer", "mamba",
         "deepseek_v4_paged", "deepseek_v4_state", "fastdeploy", "group",
@@ -35,15 +35,15 @@ def test_describe_reports_registration_facts() -> None:
     geo = MHAGeometry("page_first", 80, 1, 128, "bf16", 64, 10)
     summary = json.loads(json.dumps(geo.describe()))
     (buf,) = summary["buffers"]
-    assert buf["granularity"] == 1_310_720  # pools.md §2.10
+    assert buf["granularity"] == 1_310_720  # docs/pools.md §2.10
     assert buf["shape"] == [2, 640, 80, 1, 128]
     assert [r["name"] for r in buf["regions"]] == ["K half", "V half"]
     assert buf["regions"][1]["offset"] == summary["derived"]["v_offset"] == 80 * 640 * 128 * 2
-    assert summary["derived"]["size_per_token"] == 1 * 128 * 80 * 2 * 2  # pools.md §2.1
+    assert summary["derived"]["size_per_token"] == 1 * 128 * 80 * 2 * 2  # docs/pools.md §2.1
 
 
 def test_group_from_plain_mappings_round_trips() -> None:
-    # pools.md §2.9: each member keeps its own buffers and G.
+    # docs/pools.md §2.9: each member keeps its own buffers and G.
     spec = {
         "members": [
             {"pool_type": "mla", "layout": "page_first", "layer_num": 3, "kv_lora_rank": 4,
@@ -70,7 +70,7 @@ def test_group_default_roles_are_unique() -> None:
 
 
 def test_group_extents_raise_when_a_member_has_no_meta() -> None:
-    # pools.md §4: a layer_first DSA indexer raises in get_page_buffer_meta.
+    # docs/pools.md §4: a layer_first DSA indexer raises in get_page_buffer_meta.
     kv = MLAGeometry("layer_first", 3, 4, 1, "fp16", 2, 4)
     idx = make_geometry("dsa_indexer", layout="layer_first", layer_num=2, index_head_dim=8,
                         quant_block_size=4, page_size=2, page_num=4)  # fmt: skip
@@ -81,7 +81,7 @@ def test_group_extents_raise_when_a_member_has_no_meta() -> None:
 
 
 def test_fastdeploy_from_max_model_len() -> None:
-    # mooncake-verbs.md §2.3: block_num = ceil(max_model_len / block_size).
+    # docs/mooncake-verbs.md §2.3: block_num = ceil(max_model_len / block_size).
     geo = FastDeployGeometry.from_max_model_len(
         8193, 64, num_layers=2, head_num=1, head_dim=8, dtype="fp16"
     )

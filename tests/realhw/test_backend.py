@@ -156,7 +156,8 @@ def test_live_from_trace_counts_only_real_successes() -> None:
 
 
 def test_an_injected_batch_failure_has_the_bindings_arity() -> None:
-    # spec §5.3: 12.x returns (err, failIdx) with failIdx None on error; 13.x returns (err,)
+    # docs/cuda-runtime.md §5.3: 12.x returns (err, failIdx) with failIdx None on error; 13.x
+    # returns (err,)
     for major, arity in ((12, 2), (13, 1)):
         fake = FakeCuda()
         face = _BindingsModule(fake.runtime._kvreg_target, major)

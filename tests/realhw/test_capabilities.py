@@ -1,4 +1,4 @@
-"""Capability detection and the skip reasons (spec cuda-runtime.md §2.2, §9; mooncake-verbs §4.3).
+"""Capability detection and the skip reasons (docs/cuda-runtime.md §2.2, §9; mooncake-verbs §4.3).
 
 The no-driver tests talk to the real cuda-bindings, which returns 35 from every call on a
 machine without ``libcuda.so``; on a machine with a driver they skip, saying so.
@@ -25,7 +25,8 @@ HAS_PYVERBS = importlib.util.find_spec("pyverbs") is not None
 
 @no_driver
 def test_real_bindings_return_35_without_a_driver() -> None:
-    # spec §2.2 / §9 [OBS-local]: every call 35, count slot None; versions still answer
+    # docs/cuda-runtime.md §2.2 / §9 [OBS-local]: every call 35, count slot None; versions still
+    # answer
     err, count = runtime.cudaGetDeviceCount()
     assert (int(err), count) == (35, None)
     assert int(runtime.cudaHostRegister(0x1000, 4096, 0)[0]) == 35

@@ -34,13 +34,29 @@ def test_kvreg_fidelity_end_to_end(tmp_path: Path) -> None:
     assert {p.name for p in all_probes()} == {r["name"] for r in doc["probes"]}
     md = (out / "FIDELITY.md").read_text()
     assert md.startswith("# kvreg fidelity report")
-    assert (out / "throughput.svg").read_text().startswith("<svg")
     if GPU_MISSING is not None:
         assert doc["real"]["cuda"] == {"ran": False, "reason": GPU_MISSING, "backend": None}
         assert f"not run: {GPU_MISSING}" in md
         assert f"real cuda: not run: {GPU_MISSING}" in proc.stdout
-        assert doc["measurement"]["backend"] == "fake"
-        assert "measured kvreg's fake CUDA runtime" in md
+        # no GPU: nothing that could pass for a hardware figure is measured or plotted
+        assert doc["measurement"] is None
+        assert not (out / "throughput.svg").exists()
+        assert "throughput: not measured: no GPU in this run" in proc.stdout
+        assert "never reports the fake's own speed" in md
+    else:
+        assert (out / "throughput.svg").read_text().startswith("<svg")
+
+
+@pytest.mark.skipif(GPU_MISSING is None, reason="this machine has a usable GPU")
+def test_measure_fake_is_labelled_and_never_plotted(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fidelity", "--out", str(tmp_path), "--family", "cuda", "--probe",
+                 "unregister_null", "--measure-fake"]) == 0
+    doc = load_report(tmp_path)
+    assert doc["measurement"]["backend"] == "fake"
+    assert not (tmp_path / "throughput.svg").exists()
+    assert "**Not a hardware measurement**" in (tmp_path / "FIDELITY.md").read_text()
+    assert "smoke test only; not a hardware figure" in capsys.readouterr().out
 
 
 def test_fidelity_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -83,7 +83,7 @@ def test_markdown_has_one_row_per_probe_and_the_divergences(fake_only: dict[str,
     assert "| unregister=1 | not run: not requested | skipped | no GPU |" in row
     for d in DIVERGENCES:
         assert f"| {d.name} |" in md
-    assert "Nothing settled" in md and "Not measured in this run." in md
+    assert "Nothing settled" in md and "Not measured in this run (no GPU" in md
 
 
 def test_a_machine_that_differs_is_settled_and_resolved_by_the_profile(
@@ -138,13 +138,22 @@ def test_an_unexplained_disagreement_is_counted_and_named() -> None:
 
 def test_write_report_writes_json_markdown_and_svg(fake_only: dict[str, Any],
                                                    tmp_path: Path) -> None:
-    doc = dict(fake_only, measurement={"backend": "fake", "unit_bytes": 1 << 20,
-                                       "note": "smoke", "skipped": "no room"})
+    doc = dict(fake_only, measurement={"backend": "real", "unit_bytes": 1 << 30,
+                                       "note": "hardware", "skipped": "no room"})
     paths = write_report(doc, tmp_path / "out")
     assert sorted(p.name for p in paths.values()) == ["FIDELITY.md", "fidelity.json",
                                                       "throughput.svg"]
     assert load_report(paths["json"])["summary"] == fake_only["summary"]
     assert "no room" in paths["svg"].read_text()
+
+
+def test_a_measurement_of_the_fake_is_never_plotted(fake_only: dict[str, Any],
+                                                    tmp_path: Path) -> None:
+    doc = dict(fake_only, measurement={"backend": "fake", "unit_bytes": 1 << 20,
+                                       "note": "smoke", "skipped": "no room"})
+    paths = write_report(doc, tmp_path / "out")
+    assert "svg" not in paths and not (tmp_path / "out" / "throughput.svg").exists()
+    assert "Not a hardware measurement" in paths["markdown"].read_text()
 
 
 @pytest.mark.parametrize(("mutate", "message"), [

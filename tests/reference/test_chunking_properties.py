@@ -33,7 +33,7 @@ def test_reference_chunks_tile_every_buffer_on_copy_unit_seams(case: tuple[PoolG
         assert bp.unit is not None
         assert all(off % bp.unit == 0 for off, _ in chunks)
         assert all(s % bp.unit == 0 for _, s in chunks[:-1])
-    # no page extent crosses a seam (pools.md §1.1 / §5.2)
+    # no page extent crosses a seam (docs/pools.md §1.1 / §5.2)
     assert plan.straddling_count == 0
 
 
@@ -48,14 +48,14 @@ def test_byte_offset_seams_sit_on_limit_multiples(case: tuple[PoolGeometry, int]
 @given(st.integers(0, 10_000), st.integers(1, 500), st.integers(1, 500))
 def test_plan_chunks_matches_the_upstream_formula(total: int, unit: int, extra: int) -> None:
     limit = unit + extra
-    chunk = (limit // unit) * unit          # pools.md §1.1: floor(LIM / G) * G
+    chunk = (limit // unit) * unit          # docs/pools.md §1.1: floor(LIM / G) * G
     assert chunk_size(limit, unit) == chunk
     chunks = plan_chunks(total, limit, unit)
     assert chunks == [(off, min(chunk, total - off)) for off in range(0, total, chunk)]
 
 
 def test_sglang_unit_test_boundaries() -> None:
-    # pools.md §3 test 11: 2500 MiB, G = 300 MiB, LIM = 1 GiB -> 900, 900, 700 MiB
+    # docs/pools.md §3 test 11: 2500 MiB, G = 300 MiB, LIM = 1 GiB -> 900, 900, 700 MiB
     mib = 1 << 20
     assert plan_chunks(2500 * mib, 1 << 30, 300 * mib) == [
         (0, 900 * mib), (900 * mib, 900 * mib), (1800 * mib, 700 * mib)]

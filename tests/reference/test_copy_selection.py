@@ -1,10 +1,10 @@
 """The copy step over selected pages gives the fake runtime's verdict on every page.
 
-The runtime's copy rule depends only on how registrations cover a host range (cuda-runtime.md
+The runtime's copy rule depends only on how registrations cover a host range (docs/cuda-runtime.md
 §5.1 wholly pinned or wholly pageable, §5.4 two adjacent registrations: rejected by default), so
 copying the pages next to every registration edge, one page per gap and a seeded sample must
 find the same first failing row as copying every page, whatever the chunking: seams on the copy
-unit, on byte offsets, off by one byte, or with a chunk left unregistered (pools.md §5.2).
+unit, on byte offsets, off by one byte, or with a chunk left unregistered (docs/pools.md §5.2).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def _copy(geo: PoolGeometry, plans: list[list[tuple[int, int]]], profile: str = 
 def test_selected_pages_find_the_first_failing_page_of_a_full_walk(
     case: tuple[PoolGeometry, list[list[tuple[int, int]]]], sample: int, seed: int, profile: str
 ) -> None:
-    # wsl2 (cuda-runtime.md §5.3): registered memory may not be handed to the batch API by its
+    # wsl2 (docs/cuda-runtime.md §5.3): registered memory may not be handed to the batch API by its
     # host address, so a page wholly inside one registration fails too: a gap's representative
     # decides for every page of its gap
     geo, plans = case

@@ -1,4 +1,4 @@
-"""The RDMA / Mooncake reference and SGLang's multi-buffer helpers (mooncake-verbs.md §1.6,
+"""The RDMA / Mooncake reference and SGLang's multi-buffer helpers (docs/mooncake-verbs.md §1.6,
 §1.7, §2.1, §3.2, §3.4)."""
 
 from __future__ import annotations

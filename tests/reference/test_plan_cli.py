@@ -58,7 +58,8 @@ def test_plan_mooncake_limit(capsys: pytest.CaptureFixture[str]) -> None:
                  "dtype=bfloat16", "page_size=64", "page_num=2000",
                  "--mc-max-mr-size", "0", "--fastdeploy-clamp", "--algorithm", "byte-offset"]) == 0
     out = capsys.readouterr().out
-    assert "chunk limit 4294967296" in out  # FastDeploy's default 4 GiB (mooncake-verbs.md §2.1)
+    # FastDeploy's default 4 GiB (docs/mooncake-verbs.md §2.1)
+    assert "chunk limit 4294967296" in out
 
 
 def test_svg_draws_every_straddling_page_and_seam() -> None:

@@ -1,7 +1,7 @@
 """The reference registration against the fake CUDA runtime (issue: reference registration).
 
-Facts: spec/pools.md §1.1 (algorithm, rollback, teardown), §5.2 (straddling copies fail),
-spec/cuda-runtime.md §2.2 (512 GiB per-call ceiling on R580+).
+Facts: docs/pools.md §1.1 (algorithm, rollback, teardown), §5.2 (straddling copies fail),
+docs/cuda-runtime.md §2.2 (512 GiB per-call ceiling on R580+).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def register_pool(fake: FakeCuda, face: object, geometry: PoolGeometry, buffers:
 
 
 def mla_4tib() -> PoolGeometry:
-    # DeepSeek-V3 MLA, bf16, page 64 tokens x 61 layers = 4,497,408 B (pools.md §2.10)
+    # DeepSeek-V3 MLA, bf16, page 64 tokens x 61 layers = 4,497,408 B (docs/pools.md §2.10)
     page = 64 * 61 * 576 * 2
     return make_geometry("mla", layout="page_first_direct", layer_num=61, kv_lora_rank=512,
                          qk_rope_head_dim=64, dtype="bfloat16", page_size=64,
@@ -50,7 +50,7 @@ def mla_4tib() -> PoolGeometry:
 
 
 def mha_600gib_layer_first() -> PoolGeometry:
-    # layer_first MHA: upstream passes no granularity, so one call of ~600 GiB (pools.md §2.1)
+    # layer_first MHA: upstream passes no granularity, so one call of ~600 GiB (docs/pools.md §2.1)
     per_page = 2 * 80 * 64 * 8 * 128 * 2
     return make_geometry("mha", layout="layer_first", layer_num=80, head_num=8, head_dim=128,
                          dtype="bfloat16", page_size=64, page_num=(600 * GiB) // per_page)
@@ -77,12 +77,12 @@ def test_one_call_when_no_granularity_fails_above_the_ceiling(make: object) -> N
     fake = FakeCuda("h200-r580")
     buf = allocate(geometry, fake.space)[0]
     with pytest.raises(RegistrationError, match=r"rc=2, out of memory\) at offset=0"):
-        # one call: the "chunk" is the whole buffer (pools.md §1.1, G absent)
+        # one call: the "chunk" is the whole buffer (docs/pools.md §1.1, G absent)
         register(fake.torch, buf.data_ptr(), buf.nbytes, granularity=None,
                  chunk_limit=buf.nbytes)
     assert fake.trace.args("cudaHostRegister") == [(buf.data_ptr(), buf.nbytes, 0)]
     assert fake.live_registrations() == []
-    # the same single call succeeds on a pre-R580 driver (no ceiling: cuda-runtime.md §2.2)
+    # the same single call succeeds on a pre-R580 driver (no ceiling: docs/cuda-runtime.md §2.2)
     old = FakeCuda("h100-r575")
     old_buf = allocate(geometry, old.space)[0]
     assert int(old.torch.cudaHostRegister(old_buf.data_ptr(), old_buf.nbytes, 0)) == 0
@@ -119,7 +119,7 @@ def test_batch_copy_of_every_page_passes_for_reference_fails_for_byte_offset() -
             teardown(fake.runtime, r)
     assert outcomes["reference"].ok and outcomes["reference"].copies == 2000
     bad = outcomes["byte-offset"]
-    assert bad.code == 1                       # "invalid argument" (pools.md §5.2)
+    assert bad.code == 1                       # "invalid argument" (docs/pools.md §5.2)
     assert bad.failed_row == 238               # 1 GiB // 4,497,408 B: the first straddling page
     assert "spans two separate registrations" in bad.detail
 
@@ -186,7 +186,7 @@ def test_error_message_names_call_code_string_offset_size_total() -> None:
                  f"offset={900 * mib}", f"size={900 * mib}", f"total={2500 * mib}",
                  "rolled back 1 of 1"):
         assert part in msg
-    # cuda-python's pending error was drained (cuda-runtime.md §6)
+    # cuda-python's pending error was drained (docs/cuda-runtime.md §6)
     assert int(fake.runtime.cudaGetLastError()[0]) == 0
 
 
@@ -208,7 +208,7 @@ def test_sglang_style_entry_points(monkeypatch: pytest.MonkeyPatch) -> None:
         assert [s for _, s in getattr(buf, reference.RANGES_ATTR)] == [GiB, GiB, 17]
         reference.teardown_buffer(buf)
         reference.teardown_buffer(buf)
-    # pools.md §3 test 8: reverse order, each chunk once
+    # docs/pools.md §3 test 8: reverse order, each chunk once
     base = buf.data_ptr()
     assert [a[0] for a in fake.trace.args("cudaHostUnregister")] == [
         base + 2 * GiB, base + GiB, base]

@@ -14,7 +14,7 @@ from kvreg.harness.run.core import run_scenario
 
 GiB = 1 << 30
 
-# Upstream SGLang passes no registration granularity for these layouts (spec/pools.md §2) and
+# Upstream SGLang passes no registration granularity for these layouts (docs/pools.md §2) and
 # then registers the whole buffer in one call; above the 512 GiB per-call ceiling of R580+
 # drivers that call fails with 2. The faithful implementation must fail exactly these.
 UPSTREAM_FAILS = {
@@ -30,7 +30,7 @@ UPSTREAM_FAILS = {
 
 
 # upstream's teardown compatibility path: with the ranges attribute unset after a full
-# rollback, it unregisters the released whole-buffer base again (spec/pools.md §1.1)
+# rollback, it unregisters the released whole-buffer base again (docs/pools.md §1.1)
 UPSTREAM_TEARDOWN_COMPAT = {
     "regressions/cuda_teardown_after_failed_register/teardown-after-rolled-back-register",
 }

@@ -3,7 +3,7 @@
 The two examples of ``examples/runtime_doors`` (libcudart through ctypes, as current vLLM
 does, and ``cuMemHostRegister`` through cuda-python's driver API) run over bundled scenarios
 and pass; copies of them with a planted bug fail on the rule that bug breaks, through either
-door (the checks read the driver twin of each runtime call, spec cuda-runtime.md §2.1).
+door (the checks read the driver twin of each runtime call, docs/cuda-runtime.md §2.1).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ runs and plans of pools with billions of pages, and the plan drawing of seams an
 
 Facts: a user address space is 2^47 bytes with 4-level paging and 2^57 with 5-level paging;
 upstream indexes pages with int64 (size_limits.py); a 4 TiB pool of one-token pages is SGLang's
-default page size at the scale of vllm #51080 (pools.md §0, §1.1).
+default page size at the scale of vllm #51080 (docs/pools.md §0, §1.1).
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def test_a_34_billion_page_pool_that_fits_runs_and_passes(tmp_path: Path) -> Non
 def test_one_token_pages_at_4tib_name_the_first_page_a_byte_offset_seam_cuts(
         tmp_path: Path, spec_of, capsys: pytest.CaptureFixture[str]) -> None:
     # 61 layers: a one-token page is 61 * 4 KiB, which does not divide 1 GiB, so the
-    # pre-#36798 byte-offset seams cut pages (pools.md §1.1, §5.2). Rows are page-major (K
+    # pre-#36798 byte-offset seams cut pages (docs/pools.md §1.1, §5.2). Rows are page-major (K
     # then V of page 0, then page 1, ...), and the V half starts just below 2 TiB, so the
     # first row that fails is V of page 0, as a walk over every page would report.
     path = _file(tmp_path, layout="page_first")

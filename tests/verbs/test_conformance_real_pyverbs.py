@@ -1,4 +1,4 @@
-"""The fake pyverbs against the real one (mooncake-verbs.md §4), with no RDMA device.
+"""The fake pyverbs against the real one (docs/mooncake-verbs.md §4), with no RDMA device.
 
 Debian's ``python3-pyverbs`` (which ``.ci/run`` installs with apt) puts pyverbs in the
 system interpreter's dist-packages, not in the project's virtualenv; mixing the two is
@@ -162,7 +162,7 @@ def test_enum_classes_members_and_values_match(real: dict[str, Any], fake: dict[
             assert f["classes"][cls].get(name) == value, f"{cls}.{name}"
     # the supplement holds only names newer than the installed release
     real_names = {n for ms in r["classes"].values() for n in ms} | set(r["constants"])
-    newer = {e["name"] for e in SUPPLEMENT if e["source"].startswith("mooncake-verbs.md")
+    newer = {e["name"] for e in SUPPLEMENT if e["source"].startswith("docs/mooncake-verbs.md")
              or e["source"].startswith("[inferred]")}
     assert newer & real_names == set(), "a supplement entry is in rdma-core v44 after all"
     for name, value in r["constants"].items():

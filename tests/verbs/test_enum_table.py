@@ -2,7 +2,7 @@
 
 ``fakes/verbs/data/verbs_enums.json`` must be exactly what ``gen_enums`` makes of the
 installed header (Debian's ``libibverbs-dev``) plus the supplement; the parser must count
-implicit values as C does (mooncake-verbs.md §4.6).
+implicit values as C does (docs/mooncake-verbs.md §4.6).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Enum values, exceptions, devices and contexts (mooncake-verbs.md §4.1-§4.3, §4.6, §5.2)."""
+"""Enum values, exceptions, devices and contexts (docs/mooncake-verbs.md §4.1-§4.3, §4.6, §5.2)."""
 
 from __future__ import annotations
 

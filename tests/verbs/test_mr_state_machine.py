@@ -1,4 +1,4 @@
-"""MR lifecycles against a simple model (mooncake-verbs.md §5.2): a Hypothesis state machine.
+"""MR lifecycles against a simple model (docs/mooncake-verbs.md §5.2): a Hypothesis state machine.
 
 Registrations on two devices of one node — an mlx5 (no size limit, MKEY exhaustion EAGAIN)
 and an erdma-like NIC (64 KiB max_mr_size enforced with EINVAL, exhaustion ENOMEM) — with

@@ -4,7 +4,7 @@ Real verbs pin whatever the process has mapped (drivers/infiniband/core/umem.c
 ``ib_umem_get`` -> ``pin_user_pages``) and the NIC reads and writes those pages in place;
 an unmapped page fails registration with EFAULT, and a writable MR over a read-only
 mapping fails the same way (pinning with FOLL_WRITE, ``ib_access_writable``)
-(mooncake-verbs.md §5.2). Code written for real pyverbs never calls ``track``.
+(docs/mooncake-verbs.md §5.2). Code written for real pyverbs never calls ``track``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Completion channels (libibverbs ``ibv_req_notify_cq`` / ``ibv_get_cq_event`` /
 IBV_REREG_MR_ERR_CMD when the kernel refuses), ODP (implicit ODP needs
 IBV_ODP_SUPPORT_IMPLICIT, mlx5 mr.c), ``PD.advise_mr``, the ``QPEx`` work-request API with
 ``CQEX`` polling (``ibv_wr_*``, ``ibv_start_poll``), and stand-ins for what is not modelled
-(mooncake-verbs.md §4.3-§4.5).
+(docs/mooncake-verbs.md §4.3-§4.5).
 """
 
 from __future__ import annotations

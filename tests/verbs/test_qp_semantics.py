@@ -8,7 +8,7 @@ Sources (drivers/infiniband/sw/rxe unless noted): ``rxe_resp.c`` ``check_op_vali
 at creation); core ``verbs.c`` ``ib_modify_qp_is_ok`` (required attributes);
 ``uverbs_cmd.c`` create_cq (comp_vector < num_comp_vectors); pyverbs ``QP.query`` (a
 fresh ``QPAttr``), ``_get_comp_mask`` (UD INIT carries QKEY), ``QPInitAttr`` (max_* write
-``cap``). mooncake-verbs.md §4.5, §5.3.
+``cap``). docs/mooncake-verbs.md §4.5, §5.3.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""RC QPs between two nodes: real bytes, protection errors, flush (mooncake-verbs.md §4.5, §5.3)."""
+"""RC QPs between two nodes: real bytes, protection errors, flush (docs/mooncake-verbs.md §4.5,
+§5.3)."""
 
 from __future__ import annotations
 

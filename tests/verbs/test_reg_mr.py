@@ -1,4 +1,4 @@
-"""``MR(pd, length, access, address)``: the ibv_reg_mr rules (mooncake-verbs.md §4.4, §5.2)."""
+"""``MR(pd, length, access, address)``: the ibv_reg_mr rules (docs/mooncake-verbs.md §4.4, §5.2)."""
 
 from __future__ import annotations
 

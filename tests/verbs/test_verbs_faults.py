@@ -1,4 +1,5 @@
-"""Fault injection on every verbs point (design.md "Fault plans"; mooncake-verbs.md §4.5, §5.2)."""
+"""Fault injection on every verbs point (design.md "Fault plans"; docs/mooncake-verbs.md §4.5,
+§5.2)."""
 
 from __future__ import annotations
 

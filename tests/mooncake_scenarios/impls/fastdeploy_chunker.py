@@ -1,4 +1,4 @@
-"""FastDeploy's chunked ``register_buffer`` (PRs #7416/#7540, mooncake-verbs.md §2.1), written
+"""FastDeploy's chunked ``register_buffer`` (PRs #7416/#7540, docs/mooncake-verbs.md §2.1), written
 from the spec: ``ceil(size / max)`` calls at fixed offsets ``ptr + i * max``, not aligned to
 ``cache_buffer_stride_bytes``; a non-zero return fails an ``assert`` with no rollback of the
 chunks before it. Teardown unregisters every chunk once (upstream's ``close`` is a no-op; the

@@ -1,5 +1,5 @@
 """Unregisters interior pointers: correct chunks, but teardown passes the middle of each MR
-to ``unregister_buffer``, which wants the exact base address (mooncake-verbs.md §1.5 step 5)
+to ``unregister_buffer``, which wants the exact base address (docs/mooncake-verbs.md §1.5 step 5)
 and returns -600 for anything else."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Errors only logged (FastDeploy's pre-chunking ``register_buffer``, mooncake-verbs.md §2.1:
+"""Errors only logged (FastDeploy's pre-chunking ``register_buffer``, docs/mooncake-verbs.md §2.1:
 "logs on nonzero (no raise)"): chunks are stride-aligned, but a failed ``register_buffer`` is
 logged and skipped, so the pool runs with a hole no NIC can reach."""
 

@@ -1,4 +1,4 @@
-"""Never unregisters (FastDeploy's ``close`` is a no-op, mooncake-verbs.md §2.1): correct,
+"""Never unregisters (FastDeploy's ``close`` is a no-op, docs/mooncake-verbs.md §2.1): correct,
 stride-aligned chunks with rollback, but teardown releases nothing, so every MR stays pinned
 until the process exits."""
 

@@ -1,4 +1,4 @@
-"""SGLang's Mooncake backend (mooncake-verbs.md §3.2): the whole buffer in one
+"""SGLang's Mooncake backend (docs/mooncake-verbs.md §3.2): the whole buffer in one
 ``register_buffer`` call, no chunking, ``RuntimeError`` on a non-zero return. Released
 Mooncake rejects a buffer above the MR limit with -600; HEAD splits it itself."""
 

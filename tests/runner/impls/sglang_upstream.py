@@ -1,4 +1,4 @@
-"""A faithful re-implementation of SGLang's merged algorithm (spec/pools.md §1.1), written
+"""A faithful re-implementation of SGLang's merged algorithm (docs/pools.md §1.1), written
 from the spec's description: one call when no granularity is given, otherwise chunks of
 floor(LIM / G) * G, reverse-order rollback, failures stored back on the buffer."""
 

@@ -1,5 +1,5 @@
 """BROKEN (generic style): an impossible granularity is rejected with TypeError instead of
-the ValueError callers catch (SGLang raises ValueError, spec/pools.md §1.1).
+the ValueError callers catch (SGLang raises ValueError, docs/pools.md §1.1).
 
 Expected rule: rejected-wrong-error.
 """
