@@ -14,7 +14,7 @@ rules read what the implementation left behind and what it raised:
 - ``recovered``: a failed call the implementation retried past (fully registered, aligned,
   nothing raised) is a pass, reported as a warning.
 - ``error-pending``: a runtime instance still holding a last error after register or
-  teardown returned (spec/cuda-runtime.md §6).
+  teardown returned (docs/cuda-runtime.md §6).
 
 The functions take plain data (:class:`BufferEnd`, :class:`FailedCall`, :class:`Raised`),
 so the CUDA and the Mooncake checks share them and a record can cross a process boundary.
@@ -321,7 +321,7 @@ def check_error_pending(pending: Sequence[Pending], *, fallback: bool
 
     A pending error in cuda-bindings' instance fails: that binding has cudaGetLastError,
     so the code could drain it. One in torch's instance is a warning, because torch's
-    binding offers no way to drain it (spec/cuda-runtime.md §6) — except after an optional
+    binding offers no way to drain it (docs/cuda-runtime.md §6) — except after an optional
     pinning fell back to pageable memory, where "nothing pending" is part of the pass.
     """
     violations: list[Violation] = []
