@@ -60,8 +60,8 @@ def real_backend(sc: Scenario, backend: Any) -> tuple[Any, str | None]:
 
 
 def pending_errors(fake: Any, step: str) -> list[Pending]:
-    """Each runtime instance's last error, read without clearing it (docs/cuda-runtime.md §6); a real
-    backend is not asked (its runtimes have no such hook)."""
+    """Each runtime instance's last error, read without clearing it
+    (docs/cuda-runtime.md §6); a real backend is not asked (its runtimes have no such hook)."""
     from kvreg.fakes.errors import error_name
 
     out = []
