@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import threading
 from dataclasses import dataclass
+from threading import get_ident
 
 from . import errors as E
 from .address_space import AddressSpace, Allocation
@@ -24,6 +25,8 @@ __all__ = ["ALIAS_OFFSET", "DEVICE_BASE", "FLAG_BITS", "DeviceAlloc", "FakeDrive
 REGISTER_DEFAULT, REGISTER_PORTABLE, REGISTER_MAPPED, REGISTER_IO_MEMORY, REGISTER_READ_ONLY = (
     0, 1, 2, 4, 8)
 FLAG_BITS = 0xF
+
+_new_tuple = tuple.__new__
 
 DEVICE_BASE = 3 << 60    # fake device pointers: non-canonical, apart from host virtual memory
 ALIAS_OFFSET = 2 << 60   # device aliases of host memory, when alias != host VA
@@ -146,7 +149,9 @@ class FakeDriver:
             extent = virtual_extent(self.space, ptr) if self.space.is_virtual(ptr) else None
             if extent is not None:
                 self._mapped_hint = (*extent, self.space.generation)
-        with driver.lock:
+        lock = driver.lock
+        lock.acquire()   # acquire/release in try/finally: half the cost of a with block
+        try:
             hit = driver.pinned.first_overlap(ptr, size, p.overlap_granularity)
             if hit is not None:                         # docs/cuda-runtime.md §2.2 overlap -> 712
                 code = p.register_host_alloc_code if hit.kind == "host_alloc" else \
@@ -155,19 +160,25 @@ class FakeDriver:
             if p.per_call_limit is not None and size >= p.per_call_limit:
                 return E.MEMORY_ALLOCATION  # docs/cuda-runtime.md §2.2: 512 GiB per call, R580+
             seq = driver.seq = driver.seq + 1
-            dev = driver.current_device()
-            driver.pinned.add(Pinned(ptr, size, flags, "register", dev, seq,
-                                     driver.alias_for(ptr, size)))
+            # current_device() and alias_for() inlined: this is the hot path
+            dev = driver._thread_device.get(get_ident(), 0)
+            alias = ptr if p.can_use_host_pointer_for_registered_mem else \
+                driver.alias_for(ptr, size)
+            # tuple.__new__ skips the NamedTuple's Python-level __new__ (same object)
+            driver.pinned.add(_new_tuple(Pinned, (ptr, size, flags, "register", dev, seq, alias)))
+        finally:
+            lock.release()
         return 0
 
     def host_unregister(self, ptr: int) -> int:
         """cudaHostUnregister / cuMemHostUnregister at driver level (docs/cuda-runtime.md §3)."""
         driver = self
-        with driver.lock:
+        lock = driver.lock
+        lock.acquire()   # as in host_register
+        try:
+            if driver.pinned.remove_registered(ptr) is not None:
+                return 0                                # docs/cuda-runtime.md §3: exact base -> 0
             entry = driver.pinned.get(ptr)
-            if entry is not None and entry.kind == "register":
-                driver.pinned.remove(ptr)               # docs/cuda-runtime.md §3: exact base -> 0
-                return 0
             if ptr == 0:
                 return driver.profile.unregister_null_code   # docs/cuda-runtime.md §3 [UNC]
             inner = entry or driver.pinned.containing(ptr)
@@ -175,6 +186,8 @@ class FakeDriver:
                 # docs/cuda-runtime.md §3: interior pointer -> 1; cudaHostAlloc memory -> 1 [OBS-
                 # ext]
                 return E.INVALID_VALUE
+        finally:
+            lock.release()
         return E.HOST_MEMORY_NOT_REGISTERED  # docs/cuda-runtime.md §3: unknown / twice -> 713
 
     def live_registrations(self) -> list[Pinned]:

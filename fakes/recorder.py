@@ -15,7 +15,7 @@ import time
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import errors as E
 from .faults import FaultPlan, call_info
@@ -137,18 +137,25 @@ class Intercepted(types.ModuleType):
         self.__dict__.update(_kvreg_prefix=prefix, _kvreg_aliases=aliases or {},
             _kvreg_target=target, _kvreg_face=face, _kvreg_trace=trace, _kvreg_plan=plan,
             _kvreg_family=family, _kvreg_resolve=resolve, _kvreg_outputs=outputs or {},
-            _kvreg_on_injected=on_injected)
+            _kvreg_on_injected=on_injected,
+            # a module-level __getattr__ (PEP 562), not a class one: a class __getattr__ slows
+            # every hit, the cached wrappers included, by a bound-method allocation
+            __getattr__=self._kvreg_getattr)
+
+    if TYPE_CHECKING:   # for the type checker only; at run time the instance's __getattr__
+        def __getattr__(self, name: str) -> Any: ...
 
     def __dir__(self) -> list[str]:
         return dir(self._kvreg_target)
 
-    def __getattr__(self, name: str) -> Any:
+    def _kvreg_getattr(self, name: str) -> Any:
+        """A name not yet cached: the target's attribute, wrapped when it is a CUDA call."""
         value = getattr(self._kvreg_target, name)
         if not name.startswith(self._kvreg_prefix) or isinstance(value, type) or \
                 not callable(value) or getattr(value, "_kvreg_not_modelled", False):
             return value
         wrapped = self._wrap(name, value)
-        self.__dict__[name] = wrapped   # cached: later lookups skip __getattr__
+        self.__dict__[name] = wrapped   # cached: later lookups skip _kvreg_getattr
         return wrapped
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -182,6 +189,8 @@ class Intercepted(types.ModuleType):
         resolve = self._kvreg_resolve
         code_of = {"torch": _torch_code, "ctypes": _int_code}.get(face, _cuda_code)
         on_injected = self._kvreg_on_injected
+        torch_face = face == "torch"
+        code_only = face in ("torch", "ctypes")   # results that are their code alone
 
         rules = plan._rules     # read directly: the empty-plan check is on every call
         rows = trace._rows
@@ -200,13 +209,17 @@ class Intercepted(types.ModuleType):
                     at = alias
                 rule = plan.check(call_info(at, args, kwargs, resolve))
             if rule is None:
-                result = fn(*args, **kwargs)
-                code = code_of(result)
+                result = fn(*args, **kwargs) if kwargs else fn(*args)
+                if torch_face:   # _torch_code's first test, inlined for the hot path
+                    code = getattr(result, "_value", None)
+                    if type(code) is not int:
+                        code = code_of(result)
+                else:
+                    code = code_of(result)
                 # a result that is only its code is stored as the code: rows of plain ints and
                 # strings are untracked by the garbage collector, which keeps a trace of
                 # millions of calls from slowing every later allocation
-                kept = code if code is not None and (face in ("torch", "ctypes") or
-                                                     len(result) == 1) else result
+                kept = code if code is not None and (code_only or len(result) == 1) else result
                 rows.append((next(seq), face, api, args, code, kept, False, get_ident()))
                 return result
             if rule.delay:

@@ -79,6 +79,20 @@ class PinnedRegistry:
         self._version += 1
         return entry
 
+    def remove_registered(self, base: int) -> Pinned | None:
+        """Remove the cudaHostRegister range starting exactly at ``base`` and return it.
+
+        None, and nothing changes, when no such range exists (the unregister hot path: one
+        call instead of ``get`` then ``remove``).
+        """
+        entry = self._by_base.get(base)
+        if entry is None or entry.kind != "register":
+            return None
+        del self._by_base[base]
+        self._bases.remove(base)
+        self._version += 1
+        return entry
+
     def get(self, base: int) -> Pinned | None:
         return self._by_base.get(base)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import types
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import errors as E
 from .cuda_runtime import FakeRuntime
@@ -102,6 +102,9 @@ class TorchCudaError(metaclass=_CudaErrorMeta):
 
 _U64 = 1 << 64
 _U32 = 1 << 32
+# the enum objects by code, filled by the constructor and read directly on the hot paths
+# (a member is always truthy, so ``get(code) or TorchCudaError(code)`` is exact)
+_ENUMS = TorchCudaError._cache
 
 
 def _convert(fn: str, sig: str, values: tuple[Any, ...], limits: tuple[int, ...]) -> list[int]:
@@ -135,7 +138,8 @@ class TorchCudartFace(types.ModuleType):
     def cudaHostRegister(self, ptr: Any, size: Any, flags: Any) -> TorchCudaError:
         if type(ptr) is int and type(size) is int and type(flags) is int and \
                 0 <= ptr < _U64 and 0 <= size < _U64 and 0 <= flags < _U32:   # hot path
-            return TorchCudaError(self._kvreg_runtime.host_register(ptr, size, flags))
+            code = self._kvreg_runtime.host_register(ptr, size, flags)
+            return _ENUMS.get(code) or TorchCudaError(code)
         p, s, f = _convert("cudaHostRegister",
                            f"(arg0: int, arg1: int, arg2: int) -> {_MODULE}.cudaError",
                            (ptr, size, flags), (_U64, _U64, _U32))
@@ -143,7 +147,8 @@ class TorchCudartFace(types.ModuleType):
 
     def cudaHostUnregister(self, ptr: Any) -> TorchCudaError:
         if type(ptr) is int and 0 <= ptr < _U64:   # hot path
-            return TorchCudaError(self._kvreg_runtime.host_unregister(ptr))
+            code = self._kvreg_runtime.host_unregister(ptr)
+            return _ENUMS.get(code) or TorchCudaError(code)
         (p,) = _convert("cudaHostUnregister", f"(arg0: int) -> {_MODULE}.cudaError",
                         (ptr,), (_U64,))
         return TorchCudaError(self._kvreg_runtime.host_unregister(p))
@@ -206,8 +211,10 @@ class TorchCudartFace(types.ModuleType):
                             f"types are supported:\n    1. {sig}\n\nInvoked with: {shown}")
         _convert(api, sig, args, limits)
 
-    def __getattr__(self, name: str) -> Any:
-        raise AttributeError(f"module '{_MODULE}' has no attribute '{name}'")
+    if TYPE_CHECKING:
+        # At run time a missing name gets the module type's own "module 'torch._C._cudart'
+        # has no attribute ..." error: a class __getattr__ would slow every hit.
+        def __getattr__(self, name: str) -> Any: ...
 
 
 _ARG_LIMITS: dict[str, tuple[int, ...]] = {

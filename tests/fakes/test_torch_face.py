@@ -172,6 +172,17 @@ def test_only_torchs_api_surface(fake: FakeCuda) -> None:
         assert hasattr(fake.torch, name)
 
 
+def test_missing_name_raises_the_modules_attribute_error(fake: FakeCuda) -> None:
+    # torch._C._cudart is a plain extension module (docs/cuda-runtime.md §7 contents table)
+    # [OBS-local]: a name it lacks raises the module type's own AttributeError, through
+    # the recorder too
+    for face in (fake.torch, fake.torch._kvreg_target):
+        with pytest.raises(AttributeError,
+                           match=r"^module 'torch\._C\._cudart' has no attribute "
+                                 r"'cudaMemcpyAsync'$"):
+            face.cudaMemcpyAsync  # noqa: B018
+
+
 def test_mem_get_info_returns_tuple(fake: FakeCuda) -> None:
     # docs/cuda-runtime.md §7 "cudaMemGetInfo(device): (free, total) tuple" [OBS-local]
     free, total = fake.torch.cudaMemGetInfo(0)

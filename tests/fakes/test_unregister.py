@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from kvreg.fakes.fake_cuda import FakeCuda
@@ -101,3 +103,36 @@ def test_unregister_across_faces() -> None:
     assert int(fake.torch.cudaHostUnregister(base)) == 0   # registered via cuda-python
     assert int(rt.cudaHostUnregister(base)[0]) == 713
     assert fake.live_registrations() == []
+
+
+def _lock_free_for_other_threads(fake: FakeCuda) -> bool:
+    got: list[bool] = []
+
+    def probe() -> None:
+        ok = fake.driver.lock.acquire(blocking=False)
+        if ok:
+            fake.driver.lock.release()
+        got.append(ok)
+
+    t = threading.Thread(target=probe)
+    t.start()
+    t.join()
+    return got == [True]
+
+
+def test_driver_lock_is_released_on_every_outcome() -> None:
+    # The driver serialises registrations through one lock (docs/cuda-runtime.md §6: one
+    # driver per process); every return path, success or error, must give it back, or the
+    # next call from another thread would hang.
+    fake, rt, base = _fake()
+    calls = [
+        lambda: rt.cudaHostRegister(base + MiB, MiB, 0),      # overlap -> 712
+        lambda: rt.cudaHostUnregister(base + 64),             # interior -> 1
+        lambda: rt.cudaHostUnregister(base + 8 * MiB),        # unknown -> 713
+        lambda: rt.cudaHostUnregister(0),                     # NULL -> profile's code
+        lambda: rt.cudaHostRegister(base + 8 * MiB, MiB, 0),  # success
+        lambda: rt.cudaHostUnregister(base + 8 * MiB),        # success
+    ]
+    for call in calls:
+        call()
+        assert _lock_free_for_other_threads(fake)
