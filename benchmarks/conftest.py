@@ -20,7 +20,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     pairs = [("register_unregister_full", "register_unregister_bare", "<= 3x"),
              ("register_unregister_full_tail", "register_unregister_bare", "<= 3x"),
              ("register_unregister_full", "register_unregister_magicmock", "report"),
-             ("register_unregister_full_tail", "register_unregister_magicmock", "report")]
+             ("register_unregister_full_tail", "register_unregister_magicmock", "report"),
+             ("register_unregister_state_floor", "register_unregister_bare", "report"),
+             ("register_unregister_full", "register_unregister_state_floor", "report")]
     lines = []
     for num, den, target in pairs:
         if num in MEDIANS and den in MEDIANS:

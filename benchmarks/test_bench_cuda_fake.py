@@ -3,7 +3,9 @@
 1. cudaHostRegister + cudaHostUnregister with full semantics (validation, overlap check,
    recorder, fault-plan check, torch-face enum) at 100 000 live registrations, against a
    bare recording fake that only appends to a list (target <= 3x) and against
-   ``unittest.mock.MagicMock``, what FastDeploy's tests stand in for cudart with.
+   ``unittest.mock.MagicMock``, what FastDeploy's tests stand in for cudart with. A state
+   floor (sorted set + dict + trace row, flat, no validation) is reported beside them: the
+   part of the cost that no layering removes.
 2. Batch-copy validation: target >= 5 M descriptors/s, vectorised.
 Figures are reported, never asserted (2-core machines are noisy).
 """
@@ -18,6 +20,7 @@ import pytest
 
 from kvreg.fakes.copies import classify_copy_sides
 from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.sorted_bases import SortedBases
 
 from .conftest import MEDIANS
 
@@ -38,6 +41,39 @@ class BareRecordingFake:
     def cudaHostUnregister(self, ptr: int) -> int:
         self.calls.append(("cudaHostUnregister", ptr))
         return 0
+
+
+class StateFloor:
+    """Not a fake: the least state any registry keeps, flat, with no validation or layers.
+
+    A sorted set of bases (the overlap query), a dict of ranges and one trace row per call,
+    at the same 100 000 live ranges. It shows how much of the full fake's cost is the
+    state itself rather than its layers (reported, never a target).
+    """
+
+    def __init__(self, bases: list[int]) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.bases = SortedBases()
+        self.ranges: dict[int, int] = {}
+        for b in bases:
+            self.bases.add(b)
+            self.ranges[b] = STEP
+
+    def cudaHostRegister(self, ptr: int, size: int, flags: int) -> int:
+        last = self.bases.floor(ptr + size, strict=True)
+        code = 712 if last is not None and last + self.ranges[last] > ptr else 0
+        if not code:
+            self.bases.add(ptr)
+            self.ranges[ptr] = size
+        self.calls.append(("cudaHostRegister", ptr, size, flags, code))
+        return code
+
+    def cudaHostUnregister(self, ptr: int) -> int:
+        code = 0 if self.ranges.pop(ptr, None) is not None else 713
+        if not code:
+            self.bases.remove(ptr)
+        self.calls.append(("cudaHostUnregister", ptr, code))
+        return code
 
 
 def _populated() -> tuple[FakeCuda, int]:
@@ -97,6 +133,22 @@ def test_register_unregister_full(benchmark: Any, record_median: Any, where: str
     benchmark(cycle)
     assert len(fake.live_registrations()) == LIVE
     record_median("register_unregister_full" + ("" if where == "middle" else "_tail"))
+
+
+def test_register_unregister_state_floor(benchmark: Any, record_median: Any) -> None:
+    base = 1 << 40
+    floor = StateFloor([base + 2 * i * STEP for i in range(LIVE)])
+    ptr = base + (LIVE + 1) * STEP     # the "middle" gap of test_register_unregister_full
+
+    def cycle() -> None:
+        floor.cudaHostRegister(ptr, STEP, 0)
+        floor.cudaHostUnregister(ptr)
+        if len(floor.calls) > 1_000_000:
+            floor.calls.clear()
+
+    benchmark(cycle)
+    assert len(floor.ranges) == LIVE
+    record_median("register_unregister_state_floor")
 
 
 @pytest.mark.parametrize("n_desc", [1_000_000])
