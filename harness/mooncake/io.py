@@ -5,9 +5,9 @@ into a multi-buffer object when a page has more pointers than keys (docs/mooncak
 §3.4); FastDeploy stores a K and a V object per block, puts them from the write buffer and
 reads them back into the read buffer (§2.3). The PD transfer is in :mod:`.pd`.
 
-Virtual pools move no bytes, so only the pages that touch an MR seam or a gap are sent
-(plus the first and the last): every other page lies inside one MR and cannot fail
-differently. Real pools send every page and compare the bytes.
+Which pages are sent is :mod:`.selection`'s answer: a small virtual pool (it moves no bytes)
+sends the pages not inside one MR plus the first and the last, a small real pool every page
+(and the bytes are compared); a large pool the pages that decide, from the extent families.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from kvreg.harness.pools import (
 )
 
 from .reference import pack_multi_buffer_meta
+from .selection import select_pages
 
 __all__ = ["Batch", "IoFailure", "IoPlanError", "MrRange", "PageObject", "PoolBuffer",
            "allocate_pool", "failure_cause", "fill_pattern", "last_seq", "mr_ranges",
@@ -225,32 +226,13 @@ def mr_ranges(fake: FakeMooncake, node: str) -> list[MrRange]:
     return sorted(out, key=lambda r: r[0])
 
 
-def _inside_one(ranges: list[MrRange], starts: Int64s,
-                ends: Int64s) -> npt.NDArray[np.bool_]:
-    if not ranges:
-        return np.zeros(len(starts), dtype=bool)
-    lo = np.array([r[0] for r in ranges], dtype=np.int64)
-    hi = np.array([r[1] for r in ranges], dtype=np.int64)
-    i = np.searchsorted(lo, starts, side="right") - 1
-    ok: npt.NDArray[np.bool_] = (i >= 0) & (hi[np.maximum(i, 0)] >= ends)
-    return ok
-
-
 def pages_to_send(geometry: PoolGeometry, pools: Sequence[Sequence[PoolBuffer]],
                   ranges: Sequence[list[MrRange]], *,
                   real: bool) -> Int64s:
-    """Every page (real memory); else the pages that touch a seam or gap, first and last."""
-    count = geometry.page_count
-    if real or not geometry.has_page_meta:
-        return np.arange(count, dtype=np.int64)
-    ext = geometry.page_extents()
-    chosen = [np.array([0, count - 1], dtype=np.int64)]
-    for bufs, rng in zip(pools, ranges, strict=True):
-        bases = np.array([b.base for b in bufs], dtype=np.int64)
-        starts = bases[ext.buffer] + ext.offset
-        bad = ~_inside_one(rng, starts, starts + ext.size)
-        chosen.append(ext.page[bad])
-    return np.unique(np.concatenate(chosen))
+    """The pages the I/O steps move: :func:`.selection.select_pages` (every page of a small
+    real pool, the pages not inside one MR of a small virtual one, the pages that decide of a
+    large one)."""
+    return select_pages(geometry, pools, ranges, real=real).pages
 
 
 # -- failures, in words -----------------------------------------------------------------------

@@ -4,9 +4,10 @@ The world mirrors the CUDA target's (harness/cuda/target.py): a fresh :class:`Fa
 scenario's profile, NICs and ``MC_MAX_MR_SIZE``; the pool's buffers (virtual, or real bytes
 for data scenarios); the scenario's faults (``mooncake.*``, ``verbs.*``), armed after the
 store's setup so ``nth`` counts the implementation's calls; every buffer registered through
-the implementation with the effective MR limit and the object stride; every page put and
-read back (and, with ``pd``, written by RDMA from a prefill node into a decode node); then
-teardown as often as the scenario says. The implementation's ``teardown`` gets the same
+the implementation with the effective MR limit and the object stride; the pages that decide
+(every page of a small pool; selection.py says which of a large one, at the cost of its MR
+edges) put and read back (and, with ``pd``, written by RDMA from a prefill node into a decode
+node), reported as the result's ``copy``; then teardown as often as the scenario says. The implementation's ``teardown`` gets the same
 ranges each round, so it must forget what it released (the reference keeps only failures).
 
 Options (the scenario's ``mooncake`` table), all optional:
@@ -49,13 +50,12 @@ from .io import (
     PoolBuffer,
     allocate_pool,
     mr_ranges,
-    object_stride,
-    pages_to_send,
     plan_io,
     store_round_trip,
 )
 from .pd import pd_transfer
 from .reference import effective_mr_limit
+from .selection import family_object_stride, select_pages
 
 if TYPE_CHECKING:
     from kvreg.harness.run.adapters import Implementation
@@ -209,11 +209,11 @@ def _register(run: _Run, impl: Implementation, nodes: tuple[str, ...],
               own_limit: bool = False) -> bool:
     """Register every buffer of every node; stop at the first error. True if all went well."""
     fake = run.fake
-    extents = run.geometry.page_extents() if run.geometry.has_page_meta else None
+    families = run.geometry.extent_families() if run.geometry.has_page_meta else ()
     for node in nodes:
         store = run.stores[node]
         for pb in run.pools[node]:
-            b = McBuffer(pb, object_stride(pb.spec, extents, pb.index))
+            b = McBuffer(pb, family_object_stride(pb.spec.copy_unit, families, pb.index))
             run.runs.append(b)
             b.seq_start = _next_seq(fake)
             try:
@@ -234,13 +234,16 @@ def _register(run: _Run, impl: Implementation, nodes: tuple[str, ...],
     return True
 
 
-def _exercise(run: _Run, sc: Scenario, opts: MooncakeOptions, record: McRecord) -> None:
-    """Every page through the store, and the PD writes; the first failure of each."""
+def _exercise(run: _Run, sc: Scenario, opts: MooncakeOptions,
+              record: McRecord) -> dict[str, object]:
+    """The pages that decide through the store, and the PD writes; the first failure of
+    each. Returns how the pages were covered (the result's ``copy``)."""
     nodes = opts.nodes
     real = sc.memory == "real"
     pools = [run.pools[n] for n in nodes]
     ranges = [mr_ranges(run.fake, n) for n in nodes]
-    pages = pages_to_send(run.geometry, pools, ranges, real=real)
+    selection = select_pages(run.geometry, pools, ranges, real=real)
+    pages = selection.pages
     batches = plan_io(run.geometry, pages, io=opts.io, merged=opts.merged)
     _, failure = store_round_trip(run.fake, run.stores[nodes[0]], nodes[0], run.geometry,
                                   run.pools[nodes[0]], batches)
@@ -251,6 +254,7 @@ def _exercise(run: _Run, sc: Scenario, opts: MooncakeOptions, record: McRecord) 
                                  run.pools["decode"], pages)
         if failure is not None:
             record.io_failures.append(failure)
+    return selection.as_dict()
 
 
 class MooncakeWorld:
@@ -262,6 +266,7 @@ class MooncakeWorld:
         self.opts = opts
         self.run = run
         self.record = record
+        self.coverage: dict[str, object] | None = None
 
     def isolation(self) -> AbstractContextManager[Any]:
         """The store module, pyverbs (the node's NICs) and MC_MAX_MR_SIZE as at setup."""
@@ -279,7 +284,11 @@ class MooncakeWorld:
         return _register(self.run, impl, self.opts.nodes, own_limit=self.opts.limit == "own")
 
     def transfer(self) -> None:
-        _exercise(self.run, self.sc, self.opts, self.record)
+        self.coverage = _exercise(self.run, self.sc, self.opts, self.record)
+
+    def copy_coverage(self) -> dict[str, object] | None:
+        """How the I/O steps covered the pool's pages (None when they did not run)."""
+        return dict(self.coverage) if self.coverage is not None else None
 
     def begin_teardown(self) -> None:
         self.record.teardown_start = _next_seq(self.run.fake)
