@@ -7,6 +7,9 @@ rows cannot be cut finer; kvreg's reference), copy-validates through the
 fake's ``cudaMemcpyBatchAsync`` and tears down. Prints one JSON line: seconds per phase, the
 pages and the pages copied, and the peak RSS growth over the process after imports (/proc
 VmHWM). ``python pool_scale.py --plan PAGES`` plans (and draws) a pool of PAGES pages instead.
+``python pool_scale.py --mooncake POOL_FILE PAGE_SIZE`` runs every scenario of a Mooncake
+``huge*.toml`` file through the runner with kvreg's reference (register, the store round trip
+and PD writes over the pages that decide, teardown), its pool at 4 TiB with that page size.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import json
 import sys
 import time
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +29,9 @@ from kvreg.harness.cuda.transfers import copy_every_page
 from kvreg.harness.plan.chunking import ALGORITHMS, PlanError, plan_pool
 from kvreg.harness.plan.svg import render_svg
 from kvreg.harness.pools import make_geometry
+from kvreg.harness.run.adapters import make_implementation
+from kvreg.harness.run.core import run_scenario
+from kvreg.harness.scenario import load_file
 
 GiB = 1 << 30
 TiB = 1 << 40
@@ -95,9 +102,31 @@ def plan_only(pages: int) -> dict[str, Any]:
             "plan_s": t1 - t0, "peak_rss_growth_mb": (_status_kib("VmHWM") - base_rss) / 1024}
 
 
+def mooncake_scale(path: Path, page_size: int) -> dict[str, Any]:
+    """Every scenario of a Mooncake huge file, its pool resized to 4 TiB of ``page_size``."""
+    base_rss = _status_kib("VmHWM")
+    t0 = time.perf_counter()
+    impl = make_implementation()
+    pages = copied = 0
+    verdicts = []
+    for sc in load_file(path, path.parent.parent):
+        geometry = pool(path, str(sc.params["layout"]), page_size)
+        res = run_scenario(replace(sc, params=geometry.params()), impl)
+        assert res.verdict == "pass", (sc.id, res.verdict, res.reason, res.violations)
+        verdicts.append(res.verdict)
+        pages = geometry.page_count
+        copied = max(copied, int(res.copy["pages_copied"]) if res.copy else 0)
+    t1 = time.perf_counter()
+    return {"pool": path.stem, "page_size": page_size, "pages": pages, "scenarios": len(verdicts),
+            "pages_copied": copied, "total_s": t1 - t0,
+            "peak_rss_growth_mb": (_status_kib("VmHWM") - base_rss) / 1024}
+
+
 def main(argv: list[str]) -> None:
     if argv[0] == "--plan":
         print(json.dumps(plan_only(int(argv[1]))))
+    elif argv[0] == "--mooncake":
+        print(json.dumps(mooncake_scale(Path(argv[1]), int(argv[2]))))
     else:
         print(json.dumps(scale(Path(argv[0]), argv[1], int(argv[2]))))
 
