@@ -7,8 +7,9 @@ store's setup so ``nth`` counts the implementation's calls; every buffer registe
 the implementation with the effective MR limit and the object stride; the pages that decide
 (every page of a small pool; selection.py says which of a large one, at the cost of its MR
 edges) put and read back (and, with ``pd``, written by RDMA from a prefill node into a decode
-node), reported as the result's ``copy``; then teardown as often as the scenario says. The implementation's ``teardown`` gets the same
-ranges each round, so it must forget what it released (the reference keeps only failures).
+node), reported as the result's ``copy``; then teardown as often as the scenario says. The
+implementation's ``teardown`` gets the same ranges each round, so it must forget what it
+released (the reference keeps only failures).
 
 Options (the scenario's ``mooncake`` table), all optional:
 

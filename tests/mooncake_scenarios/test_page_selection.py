@@ -6,12 +6,13 @@ every page: through the store (a slice must lie in one registration, docs/moonca
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvreg.fakes.mooncake import FakeMooncake
@@ -122,7 +123,7 @@ def mr_layout(draw: st.DrawFn, geometry: PoolGeometry) -> Layout:
             elif n > 1:
                 cuts.add(draw(st.integers(1, n - 1)))
         edges = [0, *sorted(c for c in cuts if 0 < c < n), n]
-        pieces = list(zip(edges, edges[1:], strict=False))
+        pieces = list(itertools.pairwise(edges))
         keep = [draw(st.integers(0, 9)) > 0 for _ in pieces]   # mostly registered
         out.append([(lo, hi - lo) for (lo, hi), k in zip(pieces, keep, strict=True) if k])
     return out
