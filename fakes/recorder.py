@@ -50,12 +50,17 @@ class Trace:
         self._rows: list[tuple[Any, ...]] = []
         self._seq = itertools.count()
         self.describe_ptr: Callable[[int], str] = lambda p: f"{p:#x}"
+        # told the API name of every call as it is recorded (a supervised run counts calls
+        # in shared memory, so the supervisor can say how far a run got if it dies)
+        self.observer: Callable[[str], None] | None = None
 
     def append(self, face: str, api: str, args: tuple[Any, ...], code: int | None,
                result: Any, injected: bool) -> None:
         # list.append and next(count) are atomic under the GIL: no lock on the hot path
         self._rows.append((next(self._seq), face, api, args, code, result, injected,
                            threading.get_ident()))
+        if self.observer is not None:
+            self.observer(api)
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -221,6 +226,9 @@ class Intercepted(types.ModuleType):
                 # millions of calls from slowing every later allocation
                 kept = code if code is not None and (code_only or len(result) == 1) else result
                 rows.append((next(seq), face, api, args, code, kept, False, get_ident()))
+                observer = trace.observer
+                if observer is not None:
+                    observer(api)
                 return result
             if rule.delay:
                 time.sleep(rule.delay)

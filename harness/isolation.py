@@ -1,0 +1,207 @@
+"""Supervised execution: the code under test runs in worker processes, never in the judge's.
+
+A :class:`Supervisor` keeps up to ``jobs`` workers (``multiprocessing`` processes, forked so
+they start in milliseconds with kvreg, torch and the implementation already imported),
+sends each a scenario over a pipe and waits, with ``multiprocessing.connection.wait``, for
+its result, its death, or the time limit. Whatever the implementation does, every scenario
+gets a verdict: a worker that exits, is killed by a signal (a segfault through ctypes, the
+OOM killer), or overruns the time limit is replaced, and its scenario gets an ``error``
+verdict whose reason says what happened, in which step and buffer, and after how many calls
+(read from the memory the worker shares, :mod:`.run_progress`). A healthy worker is reused
+for the next scenario; each scenario builds its own fake, so a verdict does not depend on
+what ran before it in the same worker.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from contextlib import suppress
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from .adapters import Implementation
+from .isolation_worker import worker_main
+from .run_limits import Limits
+from .run_progress import ProgressBlock, describe_calls, read_calls
+from .runner import ScenarioResult
+from .scenario import Scenario
+
+__all__ = ["Supervisor", "death_reason"]
+
+
+@dataclass
+class _Worker:
+    process: Any
+    conn: Connection
+    block: ProgressBlock
+    job: tuple[int, Scenario] | None = None
+    deadline: float = 0.0
+
+
+def death_reason(exitcode: int | None, *, timed_out: bool, limits: Limits) -> str:
+    """What ended a worker, as the start of a verdict's reason."""
+    if timed_out:
+        return f"the implementation did not finish within {limits.time_text()}"
+    if exitcode is None:
+        return "the worker process vanished"
+    if exitcode >= 0:
+        return f"the implementation ended the process with os._exit({exitcode})"
+    try:
+        sig = signal.Signals(-exitcode)
+    except ValueError:
+        return f"the implementation's process was killed by signal {-exitcode}"
+    text = signal.strsignal(sig) or ""
+    return f"the implementation's process was killed by {sig.name}" + (f" ({text})"
+                                                                          if text else "")
+
+
+def _preload() -> None:
+    """Import in the supervisor what every run imports (torch, for ``torch.cuda.cudart``),
+    so that a forked worker, first or replacement, starts ready instead of importing it
+    inside its first scenario's time limit."""
+    with suppress(ImportError):
+        import torch.cuda  # noqa: F401
+
+
+class Supervisor:
+    """Runs scenarios in supervised worker processes; see the module docstring."""
+
+    def __init__(self, impl: Implementation, *, backend: Any = "fake",
+                 limits: Limits | None = None, jobs: int = 1) -> None:
+        self.impl = impl
+        self.backend = backend
+        self.limits = limits or Limits()
+        self.jobs = max(1, jobs)
+        # fork: a worker starts with everything imported (measured: a few ms, where spawn
+        # and forkserver pay a fresh interpreter and torch import per worker)
+        self._ctx = multiprocessing.get_context("fork")
+        self._workers: list[_Worker] = []
+        self.started = 0            # workers started so far (the first ones and replacements)
+
+    # -- workers ---------------------------------------------------------------------------
+    def _start(self) -> _Worker:
+        if not self.started:
+            _preload()
+        block = self._ctx.RawValue(ProgressBlock)
+        ours, theirs = self._ctx.Pipe()
+        process = self._ctx.Process(target=worker_main, name="kvreg-worker", daemon=True,
+                                    args=(theirs, block, self.impl, self.backend, self.limits))
+        process.start()
+        theirs.close()
+        self.started += 1
+        worker = _Worker(process, ours, block)
+        self._workers.append(worker)
+        return worker
+
+    def _retire(self, worker: _Worker, *, kill: bool) -> None:
+        if kill and worker.process.is_alive():
+            worker.process.kill()
+        worker.process.join(None if kill else 5)
+        if worker.process.is_alive():
+            worker.process.kill()
+            worker.process.join()
+        worker.conn.close()
+        self._workers.remove(worker)
+
+    def _idle(self) -> _Worker | None:
+        for w in list(self._workers):
+            if w.job is None:
+                if w.process.is_alive():
+                    return w
+                self._retire(w, kill=True)     # died between scenarios: nothing to blame
+        if len(self._workers) < self.jobs:
+            return self._start()
+        return None
+
+    def _assign(self, worker: _Worker, job: tuple[int, Scenario]) -> bool:
+        try:
+            worker.conn.send(job[1])
+        except (OSError, ValueError):
+            self._retire(worker, kill=True)
+            return False
+        worker.job = job
+        worker.deadline = time.monotonic() + self.limits.timeout
+        return True
+
+    # -- one worker's outcome --------------------------------------------------------------
+    def _outcome(self, w: _Worker, ready: list[Any]) -> tuple[int, ScenarioResult] | None:
+        assert w.job is not None
+        index, sc = w.job
+        if w.conn in ready or w.process.sentinel in ready:
+            try:
+                if w.conn.poll():
+                    result, healthy = w.conn.recv()
+                    w.job = None
+                    if not healthy:
+                        self._retire(w, kill=False)
+                    return index, result
+            except (EOFError, OSError):
+                pass     # the pipe closed: the worker is ending
+            w.process.join()
+            reason = death_reason(w.process.exitcode, timed_out=False, limits=self.limits)
+        elif time.monotonic() >= w.deadline:
+            w.process.kill()
+            w.process.join()
+            reason = death_reason(None, timed_out=True, limits=self.limits)
+        else:
+            return None
+        where = ProgressBlock.from_buffer_copy(w.block)
+        detail = f"{where.step.decode(errors='replace')}, {describe_calls(read_calls(where))}"
+        w.job = None
+        self._retire(w, kill=True)
+        return index, ScenarioResult(sc.id, sc.pool, "error", reason=f"{reason} {detail}",
+                                     guards=sc.guards)
+
+    # -- public ----------------------------------------------------------------------------
+    def run(self, scenarios: Iterable[Scenario]) -> Iterator[tuple[int, ScenarioResult]]:
+        """(position, result) for every scenario, in the order they finish."""
+        pending = deque(enumerate(scenarios))
+        while pending or any(w.job is not None for w in self._workers):
+            while pending:
+                worker = self._idle()
+                if worker is None:
+                    break
+                job = pending.popleft()
+                if not self._assign(worker, job):
+                    pending.appendleft(job)
+            busy = [w for w in self._workers if w.job is not None]
+            if not busy:
+                continue
+            now = time.monotonic()
+            timeout = max(0.0, min(w.deadline for w in busy) - now)
+            ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout)
+            for w in busy:
+                outcome = self._outcome(w, list(ready))
+                if outcome is not None:
+                    yield outcome
+
+    def run_one(self, sc: Scenario) -> ScenarioResult:
+        """One scenario's result (the pytest items use this)."""
+        for _, result in self.run([sc]):
+            return result
+        raise AssertionError("unreachable: run() yields one result per scenario")
+
+    def in_flight(self) -> list[int]:
+        """Positions of the scenarios running right now."""
+        return [w.job[0] for w in self._workers if w.job is not None]
+
+    def close(self) -> None:
+        """Stop every worker: idle ones are asked to leave, busy ones are killed."""
+        for w in list(self._workers):
+            if w.job is None:
+                with suppress(OSError, ValueError):
+                    w.conn.send(None)
+                self._retire(w, kill=False)
+            else:
+                self._retire(w, kill=True)
+
+    def __enter__(self) -> Supervisor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

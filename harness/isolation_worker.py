@@ -1,0 +1,122 @@
+"""The worker side of a supervised run: one child process that runs scenarios on request.
+
+The worker receives a scenario over its pipe, runs it with a fresh fake (the runner builds
+one per scenario), and sends back the judged result. Its steps and call counts go to
+shared memory (:mod:`.run_progress`), so when it dies the supervisor still knows where it
+was. A scenario the implementation ends with an exception that is not an ``Exception``
+(``SystemExit``, ``KeyboardInterrupt``, ``MemoryError`` past the limit…) becomes an error
+verdict sent back before the worker exits; the supervisor then starts a fresh worker, so
+no later scenario runs in a process the implementation left in an unknown state.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import resource
+import signal
+from multiprocessing.connection import Connection
+from typing import Any
+
+from .adapters import Implementation
+from .run_limits import Limits, TimeLimitExceeded
+from .run_progress import Progress, SharedProgress, describe_calls
+from .runner import ScenarioResult, run_scenario
+from .scenario import Scenario
+
+__all__ = ["ended_by", "run_in_process", "worker_main"]
+
+
+def _data_segment() -> int:
+    """The data segment size of this process in bytes (VmData), 0 when unknown."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmData:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _limit_memory(limit: int) -> None:
+    """Let the data segment grow by at most ``limit`` bytes from here (RLIMIT_DATA)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    soft = _data_segment() + limit
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+
+def _unlimit_memory() -> None:
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
+
+
+def ended_by(exc: BaseException, sc: Scenario, progress: Progress,
+             limits: Limits) -> ScenarioResult:
+    """The error verdict of a run that an exception the runner does not judge ended."""
+    where = f"{progress.where}, {describe_calls(progress.calls())}"
+    if isinstance(exc, TimeLimitExceeded):
+        what = f"the implementation did not finish within {limits.time_text()}"
+    elif isinstance(exc, SystemExit):
+        what = f"the implementation ended the process with sys.exit({exc.code!r})"
+    elif isinstance(exc, KeyboardInterrupt):
+        what = "the implementation raised KeyboardInterrupt"
+    elif isinstance(exc, MemoryError):
+        what = f"the implementation ran out of memory: {limits.memory_text()} was hit"
+    else:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        what = f"the implementation raised {type(exc).__name__}" + (f": {text}" if text else "")
+    return ScenarioResult(sc.id, sc.pool, "error", reason=f"{what} {where}", guards=sc.guards)
+
+
+def worker_main(conn: Connection, block: Any, impl: Implementation, backend: Any,
+                limits: Limits) -> None:
+    """Serve scenarios until the pipe closes or a run leaves the process unfit for another."""
+    # Ctrl-C in a terminal reaches the whole process group: the supervisor handles it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # a crash is reported by the supervisor in one line, not as a dump of every thread
+    faulthandler.disable()
+    # what the implementation prints must never end up in a report written to stdout
+    os.dup2(2, 1)
+    progress = SharedProgress(block)
+    while True:
+        try:
+            sc = conn.recv()
+        except (EOFError, OSError):
+            return
+        if sc is None:
+            return
+        progress.reset()
+        healthy = True
+        try:
+            _limit_memory(limits.memory)
+            try:
+                result = run_scenario(sc, impl, backend=backend, progress=progress)
+            finally:
+                _unlimit_memory()
+        except BaseException as exc:
+            result = ended_by(exc, sc, progress, limits)
+            healthy = False
+        conn.send((result, healthy))
+        if not healthy:
+            return
+
+
+def run_in_process(sc: Scenario, impl: Implementation, backend: Any,
+                   limits: Limits) -> ScenarioResult:
+    """One scenario in this process, without a supervisor (``--in-process``, for debugging).
+
+    The time limit still holds while Python code runs, and the exceptions a worker reports
+    are reported the same way; an ``os._exit`` or a crash ends this process, and
+    ``KeyboardInterrupt`` propagates so that Ctrl-C still interrupts the whole run.
+    """
+    progress = Progress()
+    try:
+        return run_scenario(sc, impl, backend=backend, progress=progress,
+                            timeout=limits.timeout)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        return ended_by(exc, sc, progress, limits)
