@@ -52,6 +52,14 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         lines.append(f"kvreg plan of 1e12 pages (3 algorithms + SVG): "
                      f"{MEDIANS['plan_1e12_s']:.2f} s (target < 1 s), peak RSS growth "
                      f"{MEDIANS['plan_1e12_rss_mb']:.0f} MB (target < 100 MB)")
+    for jobs in (1, 2):
+        iso, inp = (f"catalog_isolated_j{jobs}_wall_s", f"catalog_in-process_j{jobs}_wall_s")
+        if iso in MEDIANS and inp in MEDIANS:
+            lines.append(
+                f"bundled catalog -j {jobs}: isolated {MEDIANS[iso]:.1f} s, in-process "
+                f"{MEDIANS[inp]:.1f} s wall = {MEDIANS[iso] / MEDIANS[inp]:.2f}x (target <= 1.3x); "
+                f"CPU {MEDIANS[iso.replace('wall', 'cpu')]:.1f} s vs "
+                f"{MEDIANS[inp.replace('wall', 'cpu')]:.1f} s")
     if lines:
         terminalreporter.section("kvreg performance ratios")
         for line in lines:

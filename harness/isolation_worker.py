@@ -64,7 +64,8 @@ def ended_by(exc: BaseException, sc: Scenario, progress: Progress,
     elif isinstance(exc, KeyboardInterrupt):
         what = "the implementation raised KeyboardInterrupt"
     elif isinstance(exc, MemoryError):
-        what = f"the implementation ran out of memory: {limits.memory_text()} was hit"
+        who = "the implementation" if progress.in_implementation else "the run"
+        what = f"{who} ran out of memory: {limits.memory_text()} was hit"
     else:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         what = f"the implementation raised {type(exc).__name__}" + (f": {text}" if text else "")

@@ -79,11 +79,12 @@ def run_catalog(scenarios: Sequence[Scenario], impl: Implementation, *, jobs: in
             supervisor.close()
     results = []
     for i, sc in enumerate(scenarios):
-        result = slots[i]
-        if result is None:
+        done_result = slots[i]
+        if done_result is None:
             reason = INTERRUPTED if i in started else NOT_RUN
-            result = ScenarioResult(sc.id, sc.pool, "skip", reason=reason, guards=sc.guards)
-        results.append(result)
+            done_result = ScenarioResult(sc.id, sc.pool, "skip", reason=reason,
+                                         guards=sc.guards)
+        results.append(done_result)
     return CatalogRun(results, interrupted)
 
 

@@ -1,9 +1,11 @@
 """Per-scenario limits of a supervised run: wall time and memory, with their option names.
 
-Defaults are sized for the bundled catalog: its slowest scenario takes about a second on
-one core and its largest grows a worker's data segment by well under 100 MiB (virtual
-buffers cost no RAM), so 60 s and 2 GiB leave a wide margin on a loaded CI runner while
-still stopping an endless loop or an unbounded allocation in minutes, not hours.
+Defaults are sized for the bundled catalog: its slowest scenario takes about 1 s on an idle
+core and 5 s on a runner loaded five times over, and its largest (the real-memory DeepSeek V4
+pools, the copy validation of a million pages) grow a worker's data segment by between
+512 MiB and 1 GiB (the whole catalog passes with ``--memory-limit 1G``, not with 512M).
+60 s and 2 GiB leave that margin twice over and still stop an endless loop or an unbounded
+allocation within a minute.
 
 The memory limit bounds how much a worker's data segment (heap and private writable
 mappings, ``RLIMIT_DATA``) may grow during one scenario. ``RLIMIT_AS`` would count the

@@ -25,12 +25,15 @@ class Progress:
     """The runner's progress sink; keeps the last step and the call counts in this process."""
 
     def __init__(self) -> None:
-        self.where = "before the run started"
+        self.where = "while kvreg set the run up"
+        self.in_implementation = False
         self.counts: dict[str, int] = {}
 
     def step(self, what: str, buffer: str | None = None) -> None:
-        """The run enters ``what`` (``register``, ``the copies``, ``teardown round 1``…)."""
+        """The run enters ``what``: the implementation's ``register`` or ``teardown round N``
+        of ``buffer``, or one of kvreg's own steps (``the page copies``, ``the checks``)."""
         self.where = f"during {what} of {buffer}" if buffer else f"during {what}"
+        self.in_implementation = buffer is not None
 
     def watch(self, trace: Any) -> None:
         """Count every call ``trace`` records from now on (a fresh count per run)."""
@@ -67,7 +70,8 @@ class SharedProgress(Progress):
     def reset(self) -> None:
         """Forget the previous scenario (the worker is reused)."""
         self.block.napis = 0
-        self.block.step = b"before the run started"
+        self.block.step = b"while kvreg set the run up"
+        self.in_implementation = False
         self.index: dict[str, int] = {}
 
     def step(self, what: str, buffer: str | None = None) -> None:

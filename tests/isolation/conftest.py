@@ -25,7 +25,8 @@ format = 1
 
 [pool]
 type = "mla"
-params = { layout = "page_first_direct", layer_num = 61, kv_lora_rank = 512, qk_rope_head_dim = 64, dtype = "bfloat16", page_size = 64 }
+params = { layout = "page_first_direct", layer_num = 61, kv_lora_rank = 512, \
+qk_rope_head_dim = 64, dtype = "bfloat16", page_size = 64 }
 memory = "virtual"
 
 [defaults]

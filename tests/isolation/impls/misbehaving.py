@@ -132,3 +132,17 @@ def register_chatty(cudart: Any, ptr: int, nbytes: int, *, granularity: int | No
                     chunk_limit: int) -> list[tuple[int, int]]:
     print(f"registering {nbytes} bytes")      # stdout: must not reach a report on stdout
     return register(cudart, ptr, nbytes, granularity=granularity, chunk_limit=chunk_limit)
+
+
+def register_hangs_when_chunked(cudart: Any, ptr: int, nbytes: int, *,
+                                granularity: int | None,
+                                chunk_limit: int) -> list[tuple[int, int]]:
+    """Correct below the limit; above it, says so in the file named by KVREG_TEST_MARKER
+    (so a test knows the run is in this scenario) and never returns."""
+    if nbytes <= chunk_limit:
+        return register(cudart, ptr, nbytes, granularity=granularity, chunk_limit=chunk_limit)
+    _two_then(cudart, ptr, nbytes, granularity, chunk_limit)
+    with open(os.environ["KVREG_TEST_MARKER"], "w") as f:
+        f.write(str(os.getpid()))
+    while True:
+        time.sleep(0.05)

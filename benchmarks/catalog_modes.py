@@ -1,0 +1,58 @@
+"""The bundled catalog against the reference in one execution mode; prints a JSON line.
+
+Modes: ``isolated`` (supervised workers, what ``kvreg run`` does) and ``in-process`` (no
+supervision: serially in this process, or with ``--jobs 2`` in a ``ProcessPoolExecutor`` as
+``kvreg run -j 2`` did before isolation, four scenarios per task). Wall time and the CPU time
+of this process and its workers are measured from after the catalog is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+from kvreg.harness.adapters import Implementation, make_implementation
+from kvreg.harness.isolation import Supervisor
+from kvreg.harness.runner import ScenarioResult, run_scenario
+from kvreg.harness.scenario import Scenario, load_paths
+
+
+def _one(args: tuple[Scenario, Implementation]) -> ScenarioResult:
+    return run_scenario(*args)
+
+
+def _cpu() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=["isolated", "in-process"])
+    parser.add_argument("--jobs", type=int, default=1)
+    args = parser.parse_args()
+    scenarios = load_paths()
+    impl = make_implementation()
+    import torch.cuda  # noqa: F401  (both modes pay torch's import before the clock starts)
+
+    t0, c0 = time.perf_counter(), _cpu()
+    if args.mode == "isolated":
+        with Supervisor(impl, jobs=args.jobs) as sup:
+            results = [r for _, r in sup.run(scenarios)]
+    elif args.jobs > 1:
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            results = list(pool.map(_one, [(s, impl) for s in scenarios], chunksize=4))
+    else:
+        results = [run_scenario(s, impl) for s in scenarios]
+    wall, cpu = time.perf_counter() - t0, _cpu() - c0
+    passed = sum(r.verdict == "pass" for r in results)
+    print(json.dumps({"mode": args.mode, "jobs": args.jobs, "wall_s": wall, "cpu_s": cpu,
+                      "total": len(results), "passed": passed}))
+
+
+if __name__ == "__main__":
+    main()
