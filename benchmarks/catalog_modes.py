@@ -14,9 +14,10 @@ import resource
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from kvreg.harness.adapters import Implementation, make_implementation
-from kvreg.harness.isolation import Supervisor
-from kvreg.harness.runner import ScenarioResult, run_scenario
+from kvreg.harness.run.adapters import Implementation, make_implementation
+from kvreg.harness.run.core import run_scenario
+from kvreg.harness.run.result import ScenarioResult
+from kvreg.harness.run.supervisor import Supervisor
 from kvreg.harness.scenario import Scenario, load_paths
 
 

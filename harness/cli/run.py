@@ -1,7 +1,10 @@
 """``kvreg run`` and ``kvreg list``: the catalog against an implementation, as a table or JSON.
 
-Exit codes (public contract): 0 all selected scenarios pass; 1 at least one fails; 2 usage
-error or invalid scenario file (the message names the file and field; no traceback).
+Exit codes (public contract): 0 all selected scenarios pass; 1 at least one fails or errors;
+2 usage error or invalid scenario file (the message names the file and field; no
+traceback); 130 interrupted by Ctrl-C (the report is still written, complete: the scenarios
+not finished are ``skip`` with the reason). Each scenario runs in a supervised worker
+process (kvreg.harness.run.supervisor) under a time and a memory limit.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -21,7 +23,15 @@ from kvreg.harness.run.adapters import (
     ImplementationError,
     make_implementation,
 )
-from kvreg.harness.run.core import run_scenario
+from kvreg.harness.run.catalog import restore_sigint, run_catalog, write_atomic
+from kvreg.harness.run.limits import (
+    DEFAULT_MEMORY,
+    DEFAULT_TIMEOUT_S,
+    Limits,
+    format_size,
+    parse_size,
+    parse_timeout,
+)
 from kvreg.harness.run.result import ScenarioResult
 from kvreg.harness.scenario.format import Scenario, ScenarioError, bundled_root, load_paths
 
@@ -54,6 +64,16 @@ def add_parsers(sub: Any) -> None:
                      help="parallel worker processes (an integer >= 1)")
     run.add_argument("--trace", action="store_true", help="print the call trace of failures")
     add_run_extras(run)
+    run.add_argument("--timeout", type=_arg(parse_timeout), default=DEFAULT_TIMEOUT_S,
+                     metavar="S", help="wall-clock seconds one scenario may run before it is "
+                     f"stopped and reported as an error (default {DEFAULT_TIMEOUT_S:g})")
+    run.add_argument("--memory-limit", type=_arg(parse_size), default=DEFAULT_MEMORY,
+                     metavar="SIZE", help="memory one scenario may allocate (growth of its "
+                     "worker's data segment, e.g. 512M, 4G) before it is stopped and reported "
+                     f"as an error (default {format_size(DEFAULT_MEMORY).replace(' ', '')})")
+    run.add_argument("--in-process", action="store_true",
+                     help="debugging: run the implementation in kvreg's own process, one "
+                     "scenario at a time (a debugger can stop in it; a crash ends kvreg)")
     lst = sub.add_parser("list", help="list the scenarios (default: the bundled catalog)")
     lst.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                      help="scenario files or folders; 'bundled' is kvreg's catalog")
@@ -65,6 +85,17 @@ def scenario_paths(paths: Sequence[Path]) -> list[Path] | None:
     if not paths:
         return None
     return [bundled_root() if str(p) == "bundled" and not p.exists() else p for p in paths]
+
+
+def _arg(parse: Any) -> Any:
+    """An argparse type from a parser that raises ValueError with the expectation."""
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    convert.__name__ = parse.__name__
+    return convert
 
 
 def select(scenarios: Sequence[Scenario], keyword: str | None) -> list[Scenario]:
@@ -80,14 +111,10 @@ def summary(results: Sequence[ScenarioResult]) -> dict[str, int]:
             "errors": count["error"], "skipped": count["skip"]}
 
 
-def _worker(args: tuple[Scenario, Implementation, str]) -> ScenarioResult:
-    sc, impl, backend = args
-    return run_scenario(sc, impl, backend=backend)
-
-
 def _run_all(scenarios: list[Scenario], impl: Implementation, jobs: int,
-             progress: TextIO | None, backend: str = "fake") -> list[ScenarioResult]:
-    results: list[ScenarioResult] = []
+             progress: TextIO | None, backend: str = "fake", limits: Limits | None = None,
+             in_process: bool = False) -> tuple[list[ScenarioResult], bool]:
+    """Every scenario's result in selection order, and whether Ctrl-C stopped the run."""
     total = len(scenarios)
 
     def tick(n: int) -> None:
@@ -95,19 +122,11 @@ def _run_all(scenarios: list[Scenario], impl: Implementation, jobs: int,
             progress.write(f"\r{n}/{total} scenarios")
             progress.flush()
 
-    if jobs > 1 and total > 1:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            jobs_args = [(s, impl, backend) for s in scenarios]
-            for i, res in enumerate(pool.map(_worker, jobs_args, chunksize=4), 1):
-                results.append(res)
-                tick(i)
-    else:
-        for i, sc in enumerate(scenarios, 1):
-            results.append(run_scenario(sc, impl, backend=backend))
-            tick(i)
+    run = run_catalog(scenarios, impl, jobs=jobs, limits=limits, backend=backend,
+                      in_process=in_process, tick=tick)
     if progress is not None:
         progress.write("\r" + " " * 30 + "\r")
-    return results
+    return run.results, run.interrupted
 
 
 def _table(results: Sequence[ScenarioResult], out: TextIO, show_trace: bool) -> None:
@@ -148,20 +167,37 @@ def run_run(args: argparse.Namespace) -> int:
                                                                             args.shard)) if v)
         print(f"kvreg run: error: no scenario matches {what}", file=sys.stderr)
         return 2
+    if args.in_process and args.jobs > 1:
+        print("kvreg run: error: --in-process runs one scenario at a time in this process; "
+              f"-j {args.jobs} needs worker processes", file=sys.stderr)
+        return 2
     progress = sys.stderr if sys.stderr.isatty() and not os.environ.get("CI") else None
     jobs = 1 if args.backend == "cuda" else max(args.jobs, 1)   # one GPU, one run at a time
-    results = _run_all(scenarios, impl, jobs, progress, args.backend)
+    limits = Limits(timeout=args.timeout, memory=args.memory_limit)
+    results, interrupted = _run_all(scenarios, impl, jobs, progress, args.backend, limits,
+                                    args.in_process)
     counts = summary(results)
     doc = {"summary": counts, "scenarios": [r.as_dict() for r in results]}
-    if args.json == "-":
-        json.dump(doc, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        _table(results, sys.stdout, args.trace)
-        if args.json:
-            Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
-    notes = sys.stderr if args.json == "-" else sys.stdout
-    return finish(plan, results, notes, failed=counts["failed"] + counts["errors"])
+    try:
+        if args.json == "-":
+            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        else:
+            _table(results, sys.stdout, args.trace)
+            if args.json:
+                write_atomic(Path(args.json), json.dumps(doc, indent=2) + "\n")
+        sys.stdout.flush()
+        notes = sys.stderr if args.json == "-" else sys.stdout
+        if interrupted:
+            # an interrupted run records no baseline: only the reports are written
+            plan.write_baseline_path = None
+        code = finish(plan, results, notes, failed=counts["failed"] + counts["errors"])
+    finally:
+        restore_sigint()
+    if interrupted:
+        print("kvreg run: interrupted (Ctrl-C): the scenarios not finished are reported as "
+              "skipped", file=sys.stderr)
+        return 130
+    return code
 
 
 def run_list(args: argparse.Namespace) -> int:

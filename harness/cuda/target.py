@@ -20,6 +20,7 @@ from kvreg.fakes.patching import patch_torch_cudart
 from kvreg.harness.plan.chunking import PlanError, reference_unit
 from kvreg.harness.run.endstate import Pending, summarize_exception
 from kvreg.harness.run.isolation import env_var
+from kvreg.harness.run.progress import Progress
 from kvreg.harness.run.result import CallBudgetExceeded, Violation
 from kvreg.harness.run.target import SkipScenario
 
@@ -94,6 +95,7 @@ class CudaWorld:
         # the page extents in closed form: the reference's seam unit, at any page count
         self.families = (record.geometry.extent_families() if record.geometry.has_page_meta
                          else None)
+        self.progress = Progress()
 
     def isolation(self) -> AbstractContextManager[Any]:
         sc = self.sc
@@ -107,6 +109,10 @@ class CudaWorld:
     def set_logs(self, logs: list[str]) -> None:
         self.record.logs = logs
 
+    def watch(self, progress: Progress) -> None:
+        self.progress = progress
+        progress.watch(self.fake.trace)
+
     def register(self, impl: Implementation) -> bool:
         """Register every buffer, as the pool constructor does; stop at the first error."""
         fake, sc, cudart = self.fake, self.sc, self.fake.torch
@@ -118,11 +124,12 @@ class CudaWorld:
                 b.seq_start = b.seq_end = len(fake.trace)
                 break
             b.seq_start = next_seq(fake)
+            self.progress.step("register", b.spec.name)
             try:
                 b.handle = impl.register(cudart, self.buffers[b.index], b.spec, b.granularity,
                                          sc.chunk_limit)
                 b.registered = True
-            except CallBudgetExceeded:
+            except (CallBudgetExceeded, MemoryError):
                 raise
             except Exception as exc:
                 b.error = exc
@@ -163,9 +170,10 @@ class CudaWorld:
                           and impl.style == "sglang")
             if not b.registered and not failed_too:
                 continue
+            self.progress.step(f"teardown round {round_ + 1}", b.spec.name)
             try:
                 impl.teardown(self.fake.torch, self.buffers[b.index], b.handle)
-            except CallBudgetExceeded:
+            except (CallBudgetExceeded, MemoryError):
                 raise
             except Exception as exc:
                 self.record.teardown_errors.append((round_, b.index, exc))
@@ -174,6 +182,7 @@ class CudaWorld:
         self.record.budget_hit = len(self.fake.trace)
 
     def finish(self) -> None:
+        self.fake.trace.observer = None
         self.record.pending += pending_errors(self.fake, "teardown")
         self.record.trace = list(self.fake.trace)
         self.record.live_end = [(r.base, r.size) for r in self.fake.live_registrations()]

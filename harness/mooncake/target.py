@@ -42,6 +42,7 @@ from kvreg.fakes.verbs.profiles import get_nic_profile
 from kvreg.harness.pools import GeometryError, PoolGeometry
 from kvreg.harness.run.endstate import summarize_exception
 from kvreg.harness.run.isolation import env_var
+from kvreg.harness.run.progress import Progress
 from kvreg.harness.run.result import CallBudgetExceeded, Violation
 from kvreg.harness.run.target import CannotRun, SkipScenario
 
@@ -207,7 +208,7 @@ def _next_seq(fake: FakeMooncake) -> int:
 
 
 def _register(run: _Run, impl: Implementation, nodes: tuple[str, ...],
-              own_limit: bool = False) -> bool:
+              progress: Progress, own_limit: bool = False) -> bool:
     """Register every buffer of every node; stop at the first error. True if all went well."""
     fake = run.fake
     families = run.geometry.extent_families() if run.geometry.has_page_meta else ()
@@ -217,12 +218,13 @@ def _register(run: _Run, impl: Implementation, nodes: tuple[str, ...],
             b = McBuffer(pb, family_object_stride(pb.spec.copy_unit, families, pb.index))
             run.runs.append(b)
             b.seq_start = _next_seq(fake)
+            progress.step("register", pb.spec.name)
             try:
                 b.handle = impl.register_mr(store, pb.base, pb.nbytes,
                                             max_mr_size=None if own_limit else run.limit,
                                             granularity=b.granularity)
                 b.registered = True
-            except CallBudgetExceeded:
+            except (CallBudgetExceeded, MemoryError):
                 raise
             except Exception as exc:
                 b.error = exc
@@ -268,6 +270,7 @@ class MooncakeWorld:
         self.run = run
         self.record = record
         self.coverage: dict[str, object] | None = None
+        self.progress = Progress()
 
     def isolation(self) -> AbstractContextManager[Any]:
         """The store module, pyverbs (the node's NICs) and MC_MAX_MR_SIZE as at setup."""
@@ -281,8 +284,13 @@ class MooncakeWorld:
     def set_logs(self, logs: list[str]) -> None:
         self.record.logs = logs
 
+    def watch(self, progress: Progress) -> None:
+        self.progress = progress
+        progress.watch(self.run.fake.trace)
+
     def register(self, impl: Implementation) -> bool:
-        return _register(self.run, impl, self.opts.nodes, own_limit=self.opts.limit == "own")
+        return _register(self.run, impl, self.opts.nodes, self.progress,
+                         own_limit=self.opts.limit == "own")
 
     def transfer(self) -> None:
         self.coverage = _exercise(self.run, self.sc, self.opts, self.record)
@@ -299,12 +307,13 @@ class MooncakeWorld:
         for b in reversed(self.run.runs):
             if not b.registered:
                 continue
+            self.progress.step(f"teardown round {round_ + 1}", b.pool.spec.name)
             try:
                 if close:   # tearDownAll releases every MR of the store (§1.1)
                     self.run.stores[b.pool.node].close()
                     continue
                 impl.teardown_mr(self.run.stores[b.pool.node], b.handle)
-            except CallBudgetExceeded:
+            except (CallBudgetExceeded, MemoryError):
                 raise
             except Exception as exc:
                 self.record.teardown_errors.append((round_, b, exc))
@@ -315,6 +324,7 @@ class MooncakeWorld:
 
     def finish(self) -> None:
         fake = self.run.fake
+        fake.trace.observer = None
         self.record.trace = list(fake.trace)
         self.record.live_end = [(lb.node, lb.base, lb.size) for lb in fake.live_buffers()]
         fake.faults.clear()

@@ -84,6 +84,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   "(default: each scenario's own)", default="")
     parser.addini("kvreg_baseline", "baseline file of known scenario failures (relative to "
                   "the ini file); recorded failures become strict xfails", default="")
+    group.addoption("--kvreg-timeout", default=None, metavar="S",
+                    help="seconds one scenario may run in its worker before it is stopped "
+                         "and fails (default: ini kvreg_timeout or 60)")
+    group.addoption("--kvreg-memory-limit", default=None, metavar="SIZE",
+                    help="memory one scenario may allocate (e.g. 512M, 4G) before it is "
+                         "stopped and fails (default: ini kvreg_memory_limit or 2G)")
+    parser.addini("kvreg_timeout", "seconds one scenario may run (default 60)", default="")
+    parser.addini("kvreg_memory_limit", "memory one scenario may allocate, e.g. 2G (default "
+                  "2G)", default="")
 
 
 def pytest_configure(config: pytest.Config) -> None:

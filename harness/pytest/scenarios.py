@@ -3,8 +3,11 @@
 Registered by the ``kvreg`` plugin only when scenarios are configured (``kvreg_scenarios``
 in the ini file or ``--kvreg-scenarios``), so a project that only uses the fixtures pays
 nothing for it. Items get readable ids (``mla/page_first_direct/fail-middle-chunk``), work
-with ``-k``, ``-m`` and pytest-xdist, and an invalid file is a collection error that names
-the file and the field.
+with ``-k``, ``-m`` and pytest-xdist. Every ``*.toml`` under the configured paths is a
+scenario file, as for ``kvreg run``: one that does not validate is a collection error with
+``kvreg run``'s message (file and field). Each scenario runs in a supervised worker process
+(kvreg.harness.run.supervisor) under ``kvreg_timeout`` and ``kvreg_memory_limit``; a run that did
+not complete fails its item with the one-line reason ``kvreg run`` reports.
 """
 
 from __future__ import annotations
@@ -18,8 +21,15 @@ import pytest
 
 from kvreg.harness.run.adapters import Implementation, ImplementationError, make_implementation
 from kvreg.harness.run.baseline import Baseline, BaselineError, failure_rules, load_baseline
-from kvreg.harness.run.core import run_scenario
+from kvreg.harness.run.limits import (
+    DEFAULT_MEMORY,
+    DEFAULT_TIMEOUT_S,
+    Limits,
+    parse_size,
+    parse_timeout,
+)
 from kvreg.harness.run.result import ScenarioResult
+from kvreg.harness.run.supervisor import Supervisor
 from kvreg.harness.scenario.format import Scenario, ScenarioError, bundled_root, load_file
 
 __all__ = ["KnownScenarioFailure", "KvregScenarioWarning", "ScenarioFile", "ScenarioItem",
@@ -66,8 +76,25 @@ def scenario_paths(config: pytest.Config) -> list[Path]:
     return out
 
 
+def scenario_limits(config: pytest.Config) -> Limits:
+    """``--kvreg-timeout`` / ``kvreg_timeout`` and ``--kvreg-memory-limit`` /
+    ``kvreg_memory_limit``; a bad value is a usage error naming the option."""
+    timeout = config.getoption("--kvreg-timeout") or config.getini("kvreg_timeout")
+    memory = config.getoption("--kvreg-memory-limit") or config.getini("kvreg_memory_limit")
+    try:
+        seconds = parse_timeout(str(timeout)) if timeout else DEFAULT_TIMEOUT_S
+    except ValueError as exc:
+        raise pytest.UsageError(f"kvreg_timeout: {exc}") from None
+    try:
+        size = parse_size(str(memory)) if memory else DEFAULT_MEMORY
+    except ValueError as exc:
+        raise pytest.UsageError(f"kvreg_memory_limit: {exc}") from None
+    return Limits(seconds, size, timeout_option="kvreg_timeout",
+                  memory_option="kvreg_memory_limit")
+
+
 class ScenarioFailed(Exception):
-    """Raised by an item whose scenario produced violations."""
+    """Raised by an item whose scenario produced violations or did not complete."""
 
     def __init__(self, result: ScenarioResult) -> None:
         super().__init__(result.first_violation)
@@ -88,6 +115,8 @@ class ScenarioPlugin:
         self.baseline = baseline_of(config)
         self.backend = str(config.getoption("--kvreg-backend") or
                            config.getini("kvreg_backend") or "fake")
+        self.limits = scenario_limits(config)
+        self._supervisor: Supervisor | None = None
 
     def implementation(self) -> Implementation:
         if self._impl is None:
@@ -108,17 +137,24 @@ class ScenarioPlugin:
             self._impl.pinning = pinning
         return self._impl
 
+    def run(self, sc: Scenario) -> ScenarioResult:
+        """One scenario in this session's supervised worker (started on first use)."""
+        if self._supervisor is None:
+            self._supervisor = Supervisor(self.implementation(), backend=self.backend,
+                                          limits=self.limits)
+        return self._supervisor.run_one(sc)
+
+    def pytest_unconfigure(self) -> None:
+        if self._supervisor is not None:
+            self._supervisor.close()
+            self._supervisor = None
+
     def _wanted(self, path: Path) -> bool:
-        if path.suffix != ".toml" or path.name == "pyproject.toml":
+        """Every ``*.toml`` under a configured path, as ``kvreg run`` loads them."""
+        if path.suffix != ".toml":
             return False
         resolved = path.resolve()
-        if not any(resolved == p or p in resolved.parents for p in self.paths):
-            return False
-        try:
-            text = path.read_text()
-        except OSError:
-            return False
-        return "[[scenario]]" in text
+        return any(resolved == p or p in resolved.parents for p in self.paths)
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector
                             ) -> pytest.Collector | None:
@@ -189,15 +225,13 @@ class ScenarioItem(pytest.Item):
         if self.backend not in self.scenario.backends:
             pytest.skip(f"scenario runs on {', '.join(self.scenario.backends)} only "
                         f"(backend {self.backend})")
-        result = run_scenario(self.scenario, plugin.implementation(), backend=self.backend)
+        result = plugin.run(self.scenario)
         if result.verdict == "skip":
             pytest.skip(result.reason)
         if plugin.baseline is not None and plugin.baseline.knows(result.id,
                                                                  failure_rules(result)):
             raise KnownScenarioFailure(result)
-        if result.verdict == "error":
-            raise RuntimeError(result.reason)
-        if result.verdict == "fail":
+        if result.verdict in ("fail", "error"):
             raise ScenarioFailed(result)
         for w in result.warnings:   # shown in pytest's warnings summary
             warnings.warn(KvregScenarioWarning(f"{result.id}: [{w.rule}] {w.message}"),
@@ -205,6 +239,10 @@ class ScenarioItem(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> str:
+        if isinstance(excinfo.value, ScenarioFailed) and excinfo.value.result.verdict == "error":
+            r = excinfo.value.result
+            return (f"scenario {r.id} did not complete: {r.reason}\nit guards against: "
+                    f"{r.guards}")
         if isinstance(excinfo.value, ScenarioFailed):
             r = excinfo.value.result
             lines = [f"scenario {r.id} failed ({len(r.violations)} violation(s)); it guards "

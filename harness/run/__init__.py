@@ -4,4 +4,7 @@
 (``targets``) for the scenario's target, lets it build its world, drives the exercise steps,
 and hands the record to the target's checks. ``result`` holds what a run returns,
 ``isolation`` what every run restores, ``adapters`` the implementation styles.
+``supervisor`` runs scenarios in worker processes (``worker``) under ``limits``, reading how
+far each got from ``progress``; ``catalog`` runs a selection for ``kvreg run`` (Ctrl-C,
+atomic reports).
 """

@@ -4,7 +4,8 @@ The flow (design.md "One scenario, end to end"): the scenario's target builds it
 fresh fake with the scenario's profile and fault plan, the pool's buffers), then every buffer
 is registered through the implementation, every page moved, the pool torn down as often as
 the scenario says, and the target's checks judge the record. Everything the run changes is
-restored whatever happens; a call budget and a wall stop end implementations that loop.
+restored whatever happens; a call budget ends implementations that loop through the runtime,
+the supervisor's time and memory limits (:mod:`.supervisor`) the others.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from .isolation import WALL_LIMIT_S, capture_logs, wall_guard
+from .isolation import capture_logs, wall_guard
+from .progress import Progress
 from .result import CallBudgetExceeded, ScenarioResult
 from .target import CannotRun, SkipScenario
 from .targets import get_target
@@ -26,14 +28,20 @@ __all__ = ["run_scenario"]
 
 
 def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False,
-                 backend: Any = "fake") -> ScenarioResult:
-    """Run and judge one scenario; never raises for a misbehaving implementation.
+                 backend: Any = "fake", progress: Progress | None = None,
+                 timeout: float | None = None) -> ScenarioResult:
+    """Run and judge one scenario in this process.
 
-    ``backend`` is "fake" (default), "cuda" (CUDA scenarios on the real runtimes through
-    kvreg.realhw: the pool is materialised in real memory, or the scenario is skipped with
-    the reason when the machine cannot hold it), or a RealCuda-like object (tests use
-    stand-ins). Targets without a real backend ignore it.
+    Returns a verdict for whatever the implementation returns or raises as an
+    ``Exception``; ``SystemExit``, ``KeyboardInterrupt``, ``MemoryError`` and a spent
+    ``timeout`` (:class:`~.limits.TimeLimitExceeded`) propagate: a supervised worker
+    (:mod:`.worker`) turns them into an error verdict. ``progress`` is told each step and
+    counts each call. ``backend`` is "fake" (default), "cuda" (CUDA scenarios on the real
+    runtimes through kvreg.realhw: the pool is materialised in real memory, or the scenario
+    is skipped with the reason when the machine cannot hold it), or a RealCuda-like object
+    (tests use stand-ins). Targets without a real backend ignore it.
     """
+    progress = progress or Progress()
     target = get_target(sc.target)
     start = time.perf_counter()
     result = ScenarioResult(sc.id, sc.pool, "pass", guards=sc.guards)
@@ -45,11 +53,13 @@ def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False
     except CannotRun as exc:
         result.verdict, result.reason = "error", f"kvreg cannot run this scenario: {exc}"
         return result
+    world.watch(progress)
     try:
-        with world.isolation(), wall_guard(WALL_LIMIT_S), capture_logs() as logs:
+        with world.isolation(), wall_guard(timeout), capture_logs() as logs:
             world.set_logs(logs)
             ok = world.register(impl)
             if ok and "transfers" in sc.exercise:
+                progress.step("the page transfers")
                 world.transfer()
             world.begin_teardown()
             rounds = [step for step in sc.exercise if step.startswith("teardown")]
@@ -57,10 +67,13 @@ def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False
                 world.teardown(impl, rnd, step)
     except CallBudgetExceeded:
         world.budget_spent()
+    except MemoryError:
+        raise
     except Exception as exc:  # kvreg itself failed: report, don't crash the catalog
         result.verdict = "error"
         result.reason = f"kvreg internal error: {type(exc).__name__}: {exc}"
         return result
+    progress.step("the checks of the run")
     world.finish()
     result.violations = world.judge()
     result.warnings = world.warnings()

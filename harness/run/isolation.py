@@ -1,6 +1,7 @@
 """What every run puts back whatever the implementation does: environment, logs, a wall stop.
 
-Every target runs its steps inside these, so a target never borrows them from another.
+Every target runs its steps inside these, so a target never borrows them from another. The
+process boundary around a run (worker processes, their limits) is :mod:`.supervisor`'s.
 """
 
 from __future__ import annotations
@@ -13,11 +14,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .result import CallBudgetExceeded
+from .limits import TimeLimitExceeded
 
-__all__ = ["WALL_LIMIT_S", "capture_logs", "env_var", "wall_guard"]
-
-WALL_LIMIT_S = 120
+__all__ = ["capture_logs", "env_var", "wall_guard"]
 
 
 @contextmanager
@@ -61,20 +60,25 @@ def capture_logs() -> Iterator[list[str]]:
 
 
 @contextmanager
-def wall_guard(seconds: int) -> Iterator[None]:
-    """SIGALRM-based stop for pure-Python loops (main thread only; a no-op elsewhere)."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal,
-                                                                                 "SIGALRM"):
+def wall_guard(seconds: float | None) -> Iterator[None]:
+    """Stop a run in this process after ``seconds`` (SIGALRM; main thread only).
+
+    Only an unsupervised run needs it (``kvreg run --in-process``); a supervised worker is
+    stopped by its supervisor, which also stops loops that never return to Python. None:
+    no stop.
+    """
+    if seconds is None or threading.current_thread() is not threading.main_thread() or \
+            not hasattr(signal, "SIGALRM"):
         yield
         return
 
     def stop(signum: int, frame: Any) -> None:
-        raise CallBudgetExceeded(f"still running after {seconds} s")
+        raise TimeLimitExceeded(seconds)
 
     old = signal.signal(signal.SIGALRM, stop)
-    signal.alarm(seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
     finally:
-        signal.alarm(0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .progress import Progress
 from .result import Violation
 
 if TYPE_CHECKING:
@@ -38,6 +39,10 @@ class World(Protocol):
 
     def set_logs(self, logs: list[str]) -> None:
         """The list the core fills with what the implementation logs."""
+
+    def watch(self, progress: Progress) -> None:
+        """Report each register and teardown step, with its buffer's name, to ``progress``
+        and let it count every call the trace records (``progress.watch(trace)``)."""
 
     def register(self, impl: Implementation) -> bool:
         """Register every buffer; stop at the first error. True when all were registered."""

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from kvreg.harness.adapters import make_implementation
-from kvreg.harness.isolation import Supervisor, death_reason
-from kvreg.harness.run_limits import Limits, format_size, parse_size, parse_timeout
-from kvreg.harness.run_progress import describe_calls
-from kvreg.harness.runner import run_scenario
+from kvreg.harness.run.adapters import make_implementation
+from kvreg.harness.run.core import run_scenario
+from kvreg.harness.run.limits import Limits, format_size, parse_size, parse_timeout
+from kvreg.harness.run.progress import describe_calls
+from kvreg.harness.run.supervisor import Supervisor, death_reason
 from kvreg.harness.scenario import load_paths
 
 from .conftest import ONE_CHUNK, THREE_CHUNKS, impl_spec, scenario_file

@@ -40,6 +40,7 @@ class World:
         finally:
             LOG.append("exit")
     def set_logs(self, logs): LOG.append("logs")
+    def watch(self, progress): pass
     def register(self, impl):
         LOG.append("register")
         if self.raise_in == "register":

@@ -2,7 +2,7 @@
 
 The worker receives a scenario over its pipe, runs it with a fresh fake (the runner builds
 one per scenario), and sends back the judged result. Its steps and call counts go to
-shared memory (:mod:`.run_progress`), so when it dies the supervisor still knows where it
+shared memory (:mod:`.progress`), so when it dies the supervisor still knows where it
 was. A scenario the implementation ends with an exception that is not an ``Exception``
 (``SystemExit``, ``KeyboardInterrupt``, ``MemoryError`` past the limit…) becomes an error
 verdict sent back before the worker exits; the supervisor then starts a fresh worker, so
@@ -16,13 +16,16 @@ import os
 import resource
 import signal
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .adapters import Implementation
-from .run_limits import Limits, TimeLimitExceeded
-from .run_progress import Progress, SharedProgress, describe_calls
-from .runner import ScenarioResult, run_scenario
-from .scenario import Scenario
+from .core import run_scenario
+from .limits import Limits, TimeLimitExceeded
+from .progress import Progress, SharedProgress, describe_calls
+from .result import ScenarioResult
+
+if TYPE_CHECKING:
+    from kvreg.harness.scenario.format import Scenario
 
 __all__ = ["ended_by", "run_in_process", "worker_main"]
 

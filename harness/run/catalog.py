@@ -1,6 +1,6 @@
 """Run a selection of scenarios for ``kvreg run``: supervised workers, Ctrl-C, the report file.
 
-Every scenario gets a result, whatever happens: the supervisor (harness/isolation.py) turns
+Every scenario gets a result, whatever happens: the supervisor (:mod:`.supervisor`) turns
 a dying or endless implementation into an ``error`` verdict, and Ctrl-C turns the scenarios
 not finished yet into ``skip`` verdicts that say so, so that the report written afterwards
 is complete. Reports are written atomically (a temporary file in the same folder, then
@@ -16,14 +16,16 @@ from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .adapters import Implementation
-from .isolation import Supervisor
-from .isolation_worker import run_in_process
-from .run_limits import Limits
-from .runner import ScenarioResult
-from .scenario import Scenario
+from .limits import Limits
+from .result import ScenarioResult
+from .supervisor import Supervisor
+from .worker import run_in_process
+
+if TYPE_CHECKING:
+    from kvreg.harness.scenario.format import Scenario
 
 __all__ = ["INTERRUPTED", "NOT_RUN", "CatalogRun", "restore_sigint", "run_catalog",
            "write_atomic"]

@@ -7,7 +7,7 @@ its result, its death, or the time limit. Whatever the implementation does, ever
 gets a verdict: a worker that exits, is killed by a signal (a segfault through ctypes, the
 OOM killer), or overruns the time limit is replaced, and its scenario gets an ``error``
 verdict whose reason says what happened, in which step and buffer, and after how many calls
-(read from the memory the worker shares, :mod:`.run_progress`). A healthy worker is reused
+(read from the memory the worker shares, :mod:`.progress`). A healthy worker is reused
 for the next scenario; each scenario builds its own fake, so a verdict does not depend on
 what ran before it in the same worker.
 """
@@ -22,14 +22,16 @@ from collections.abc import Iterable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .adapters import Implementation
-from .isolation_worker import worker_main
-from .run_limits import Limits
-from .run_progress import ProgressBlock, describe_calls, read_calls
-from .runner import ScenarioResult
-from .scenario import Scenario
+from .limits import Limits
+from .progress import ProgressBlock, describe_calls, read_calls
+from .result import ScenarioResult
+from .worker import worker_main
+
+if TYPE_CHECKING:
+    from kvreg.harness.scenario.format import Scenario
 
 __all__ = ["Supervisor", "death_reason"]
 
