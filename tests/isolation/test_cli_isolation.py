@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import ONE_CHUNK, THREE_CHUNKS, impl_spec, run_json, scenario_file
+from .conftest import ONE_CHUNK, THREE_CHUNKS, impl_spec, run_cli, run_json, scenario_file
 
 AFTER_TWO = "during register of kv_buffer, after 2 cudaHostRegister calls"
 AFTER_ONE = "during register of kv_buffer, after 1 cudaHostRegister call"
@@ -123,3 +123,34 @@ def test_what_the_implementation_prints_stays_out_of_the_json(tmp_path: Path) ->
     assert rc == 0
     assert check_complete(doc)["pool/one-chunk"]["verdict"] == "pass"
     assert "registering" in stderr
+
+
+def test_in_process_debugging_reports_the_same_reasons(tmp_path: Path) -> None:
+    """``--in-process`` runs the implementation in kvreg's own process (for a debugger):
+    the exceptions and the time limit are reported as a worker reports them."""
+    scenario_file(tmp_path, THREE_CHUNKS)
+    common = (str(tmp_path), "--style", "generic", "--in-process",
+              "--teardown", impl_spec("teardown"))
+    rc, doc, _ = run_json(*common, "--impl", impl_spec("register_sys_exit"))
+    assert rc == 1
+    assert check_complete(doc)["pool/three-chunks"]["reason"] == (
+        f"the implementation ended the process with sys.exit(3) {AFTER_TWO}")
+    rc, doc, _ = run_json(*common, "--timeout", "1", "--impl", impl_spec("register_loops"))
+    assert rc == 1
+    assert check_complete(doc)["pool/three-chunks"]["reason"] == (
+        f"the implementation did not finish within the time limit of 1 s (--timeout) "
+        f"{AFTER_TWO}")
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (("--in-process", "-j", "2"), "--in-process runs one scenario at a time"),
+    (("--timeout", "0"), "--timeout: expected a positive number of seconds; got '0'"),
+    (("--memory-limit", "lots"), "--memory-limit: expected a size such as 512M"),
+])
+def test_bad_limit_options_are_usage_errors(tmp_path: Path, args: tuple[str, ...],
+                                            words: str) -> None:
+    scenario_file(tmp_path, ONE_CHUNK)
+    proc = run_cli("run", str(tmp_path), *args)
+    assert proc.returncode == 2
+    assert words in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stdout == ""

@@ -86,3 +86,14 @@ def test_messages() -> None:
         "the implementation's process was killed by SIGKILL (Killed)"
     assert death_reason(3, timed_out=False, limits=Limits()) == \
         "the implementation ended the process with os._exit(3)"
+
+
+def test_a_mooncake_run_that_ends_its_process_says_how_far_it_got() -> None:
+    (sc,) = [s for s in load_paths() if s.id == "mooncake/sglang_mla_layer_first/above-limit"]
+    impl = make_implementation(impl_spec("register", "mooncake_exits"), None, "mooncake")
+    with Supervisor(impl) as sup:
+        result = sup.run_one(sc)
+    assert result.verdict == "error"
+    assert result.reason.startswith("the implementation ended the process with os._exit(0) "
+                                    "during register of kv_buffer, after ")
+    assert "2 register_buffer calls" in result.reason
