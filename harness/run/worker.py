@@ -5,8 +5,9 @@ one per scenario), and sends back the judged result. Its steps and call counts g
 shared memory (:mod:`.progress`), so when it dies the supervisor still knows where it
 was. A scenario the implementation ends with an exception that is not an ``Exception``
 (``SystemExit``, ``KeyboardInterrupt``, ``MemoryError`` past the limit…) becomes an error
-verdict sent back before the worker exits; the supervisor then starts a fresh worker, so
-no later scenario runs in a process the implementation left in an unknown state.
+verdict sent back before the worker exits; so does a run that leaves threads running. The
+supervisor then starts a fresh worker, so no later scenario runs in a process the
+implementation left in an unknown state.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import faulthandler
 import os
 import resource
 import signal
+import threading
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +95,7 @@ def worker_main(conn: Connection, block: Any, impl: Implementation, backend: Any
         if sc is None:
             return
         progress.reset()
+        threads = threading.active_count()
         healthy = True
         try:
             _limit_memory(limits.memory)
@@ -103,6 +106,8 @@ def worker_main(conn: Connection, block: Any, impl: Implementation, backend: Any
         except BaseException as exc:
             result = ended_by(exc, sc, progress, limits)
             healthy = False
+        # threads the implementation left running could act during the next scenario
+        healthy = healthy and threading.active_count() <= threads
         conn.send((result, healthy))
         if not healthy:
             return

@@ -97,3 +97,13 @@ def test_a_mooncake_run_that_ends_its_process_says_how_far_it_got() -> None:
     assert result.reason.startswith("the implementation ended the process with os._exit(0) "
                                     "during register of kv_buffer, after ")
     assert "2 register_buffer calls" in result.reason
+
+
+def test_a_worker_left_with_running_threads_is_replaced(tmp_path: Path) -> None:
+    """The verdict stands (the run completed), but no later scenario shares a process with
+    the implementation's leftover thread."""
+    scenario_file(tmp_path, ONE_CHUNK, THREE_CHUNKS)
+    with Supervisor(_generic("register_leaves_a_thread")) as sup:
+        verdicts = [r.verdict for _, r in sup.run(load_paths([tmp_path]))]
+        assert verdicts == ["pass", "pass"]
+        assert sup.started == 2

@@ -146,3 +146,13 @@ def register_hangs_when_chunked(cudart: Any, ptr: int, nbytes: int, *,
         f.write(str(os.getpid()))
     while True:
         time.sleep(0.05)
+
+
+def register_leaves_a_thread(cudart: Any, ptr: int, nbytes: int, *,
+                             granularity: int | None,
+                             chunk_limit: int) -> list[tuple[int, int]]:
+    """Correct, but leaves a background thread that could act during a later scenario."""
+    import threading
+
+    threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+    return register(cudart, ptr, nbytes, granularity=granularity, chunk_limit=chunk_limit)
