@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 __all__ = ["Supervisor", "death_reason"]
 
 
+_GRACE_S = 5.0     # how long a worker whose pipe closed may take to exit
+
+
 @dataclass
 class _Worker:
     process: Any
@@ -43,6 +46,18 @@ class _Worker:
     block: ProgressBlock
     job: tuple[int, Scenario] | None = None
     deadline: float = 0.0
+
+
+def _exited(process: Any, grace: float) -> bool:
+    """Whether ``process`` exits within ``grace`` seconds. Asks for its exit status without
+    blocking: its sentinel is no proof of exit when the code closed its inherited fds (then
+    ``join`` would wait for ever)."""
+    end = time.monotonic() + grace
+    while process.exitcode is None:
+        if time.monotonic() >= end:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def death_reason(exitcode: int | None, *, timed_out: bool, limits: Limits) -> str:
@@ -139,13 +154,17 @@ class Supervisor:
                 if w.conn.poll():
                     result, healthy = w.conn.recv()
                     w.job = None
-                    if not healthy:
-                        self._retire(w, kill=False)
+                    if not healthy:      # its result is in: nothing left to wait for
+                        self._retire(w, kill=True)
                     return index, result
-            except (EOFError, OSError):
-                pass     # the pipe closed: the worker is ending
-            w.process.join()
-            reason = death_reason(w.process.exitcode, timed_out=False, limits=self.limits)
+            except Exception:
+                pass     # the pipe closed (the worker is ending), or holds no result
+            if _exited(w.process, _GRACE_S):
+                reason = death_reason(w.process.exitcode, timed_out=False, limits=self.limits)
+            else:     # alive without its pipe or sentinel: the code closed or wrote them
+                w.process.kill()
+                w.process.join()
+                reason = "the implementation broke the pipe between kvreg and its worker process"
         elif time.monotonic() >= w.deadline:
             w.process.kill()
             w.process.join()

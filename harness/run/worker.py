@@ -12,6 +12,7 @@ implementation left in an unknown state.
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import os
 import resource
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
 
 __all__ = ["ended_by", "run_in_process", "worker_main"]
+
+_PR_SET_PDEATHSIG = 1
 
 
 def _data_segment() -> int:
@@ -58,6 +61,19 @@ def _unlimit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
 
 
+def _die_with_parent() -> None:
+    """Linux: be killed when the supervisor dies, even by SIGKILL, so that no endless
+    implementation outlives kvreg (prctl PR_SET_PDEATHSIG; elsewhere a no-op)."""
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:      # the supervisor died before the request took effect
+        os._exit(1)
+
+
 def ended_by(exc: BaseException, sc: Scenario, progress: Progress,
              limits: Limits) -> ScenarioResult:
     """The error verdict of a run that an exception the runner does not judge ended."""
@@ -80,6 +96,7 @@ def ended_by(exc: BaseException, sc: Scenario, progress: Progress,
 def worker_main(conn: Connection, block: Any, impl: Implementation, backend: Any,
                 limits: Limits) -> None:
     """Serve scenarios until the pipe closes or a run leaves the process unfit for another."""
+    _die_with_parent()
     # Ctrl-C in a terminal reaches the whole process group: the supervisor handles it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # a crash is reported by the supervisor in one line, not as a dump of every thread

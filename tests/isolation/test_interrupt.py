@@ -63,3 +63,28 @@ def test_ctrl_c_writes_the_complete_report_and_exits_130(tmp_path: Path) -> None
     # the table went to stdout as well, and the worker did not outlive kvreg
     assert "pool/a-small" in out and out.rstrip().endswith("1 passed, 0 failed, 2 skipped")
     assert not _alive(worker)
+
+
+def test_a_killed_kvreg_takes_its_worker_with_it(tmp_path: Path) -> None:
+    """Even SIGKILL of kvreg (no chance to clean up) ends an endless implementation."""
+    scenario_file(tmp_path, THREE_CHUNKS)
+    marker = tmp_path / "hanging.pid"
+    env = {**cli_env(), "KVREG_TEST_MARKER": str(marker)}
+    proc = subprocess.Popen([*kvreg_command(), "run", str(tmp_path), "--style", "generic",
+                             "--impl", impl_spec("register_hangs_when_chunked"),
+                             "--teardown", impl_spec("teardown")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        while not marker.exists() or not marker.read_text():
+            assert proc.poll() is None
+            time.sleep(0.05)
+        worker = int(marker.read_text())
+        proc.kill()
+    finally:
+        proc.kill()
+        proc.wait()
+    for _ in range(6000):           # the kernel delivers the worker's SIGKILL at once
+        if not _alive(worker):
+            break
+        time.sleep(0.05)
+    assert not _alive(worker)

@@ -107,3 +107,13 @@ def test_a_worker_left_with_running_threads_is_replaced(tmp_path: Path) -> None:
         verdicts = [r.verdict for _, r in sup.run(load_paths([tmp_path]))]
         assert verdicts == ["pass", "pass"]
         assert sup.started == 2
+
+
+def test_a_worker_whose_pipe_the_implementation_closed_is_stopped(tmp_path: Path) -> None:
+    scenario_file(tmp_path, THREE_CHUNKS)
+    with Supervisor(_generic("register_closes_fds"), limits=Limits(timeout=600)) as sup:
+        (result,) = [r for _, r in sup.run(load_paths([tmp_path]))]
+    assert result.verdict == "error"
+    assert result.reason == ("the implementation broke the pipe between kvreg and its worker "
+                             "process during register of kv_buffer, after 2 cudaHostRegister "
+                             "calls")

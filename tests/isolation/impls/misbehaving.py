@@ -156,3 +156,13 @@ def register_leaves_a_thread(cudart: Any, ptr: int, nbytes: int, *,
 
     threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
     return register(cudart, ptr, nbytes, granularity=granularity, chunk_limit=chunk_limit)
+
+
+def register_closes_fds(cudart: Any, ptr: int, nbytes: int, *, granularity: int | None,
+                        chunk_limit: int) -> list[tuple[int, int]]:
+    """Closes every file descriptor above stderr (as a daemonising library might), then
+    runs on: its process is alive but cannot answer."""
+    _two_then(cudart, ptr, nbytes, granularity, chunk_limit)
+    os.closerange(3, 65536)
+    while True:
+        time.sleep(0.05)
