@@ -14,6 +14,14 @@ equal what the model says is registered. A failure names the rule of ``kvreg run
         teardown_impl = staticmethod(mypool.teardown)     # teardown(buffer)
 
     TestMyPool = MyPoolMachine.TestCase
+
+``style`` also takes the doors that reach CUDA by themselves, as ``kvreg run --style`` does:
+``"ctypes"`` (libcudart through ``ctypes.CDLL``) and ``"driver"`` (``cuda.bindings.driver``'s
+``cuMemHostRegister``), both ``register(ptr, nbytes, *, granularity, chunk_limit) -> ranges``
+and ``teardown(ranges)``. The machine holds ``fake.patch()`` open for the whole lifecycle, so
+the code's own loads reach the fake; the driver twins ``cuMemHostRegister`` /
+``cuMemHostUnregister`` count as registration calls (faults are armed on both), and the same
+rules judge every style.
 """
 
 from __future__ import annotations
@@ -28,11 +36,14 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invaria
 
 from kvreg.fakes.fake_cuda import FakeCuda
 from kvreg.harness.cuda import reference
+from kvreg.harness.cuda.checks import REGISTER_APIS, UNREGISTER_APIS
+from kvreg.harness.run.adapters import SELF_REACHING
 
 __all__ = ["RegistrationMachine"]
 
 ENV_CHUNK_GB = "SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB"
 GiB = 1 << 30
+MACHINE_STYLES = ("generic", "sglang", *SELF_REACHING)
 
 
 class _Pool:
@@ -46,9 +57,11 @@ class _Pool:
 class RegistrationMachine(RuleBasedStateMachine):
     """Lifecycle model; subclasses set ``style``, ``register_impl`` and ``teardown_impl``.
 
-    ``style`` is "generic" (``register(cudart, ptr, nbytes, *, granularity, chunk_limit)``)
-    or "sglang" (``register(buffer, G)`` with cudart from ``torch.cuda.cudart()`` and the
-    limit from SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB, in whole GiB).
+    ``style`` is "generic" (``register(cudart, ptr, nbytes, *, granularity, chunk_limit)``),
+    "sglang" (``register(buffer, G)`` with cudart from ``torch.cuda.cudart()`` and the
+    limit from SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB, in whole GiB), or "ctypes" / "driver"
+    (``register(ptr, nbytes, *, granularity, chunk_limit)`` / ``teardown(ranges)``; the code
+    loads libcudart or the driver binding itself).
     """
 
     style: ClassVar[str] = "generic"
@@ -60,6 +73,9 @@ class RegistrationMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
+        if self.style not in MACHINE_STYLES:
+            raise ValueError(f"{type(self).__name__}.style must be one of "
+                             f"{', '.join(MACHINE_STYLES)}; got {self.style!r}")
         self.fake = FakeCuda(self.profile)
         self._patch = self.fake.patch()
         self._patch.__enter__()
@@ -72,12 +88,17 @@ class RegistrationMachine(RuleBasedStateMachine):
             os.environ[ENV_CHUNK_GB] = str(limit // GiB)
             type(self).register_impl(buffer, page)
             return buffer
+        if self.style in SELF_REACHING:
+            return type(self).register_impl(buffer.data_ptr(), buffer.nbytes,
+                                            granularity=page, chunk_limit=limit)
         return type(self).register_impl(self.fake.torch, buffer.data_ptr(), buffer.nbytes,
                                         granularity=page, chunk_limit=limit)
 
     def _teardown(self, pool: _Pool) -> None:
         if self.style == "sglang":
             type(self).teardown_impl(pool.buffer)
+        elif self.style in SELF_REACHING:
+            type(self).teardown_impl(pool.handle)
         else:
             type(self).teardown_impl(self.fake.torch, pool.handle)
 
@@ -89,12 +110,14 @@ class RegistrationMachine(RuleBasedStateMachine):
                  fail_nth: int | None) -> Any:
         page = page_kib * 1024
         buffer = self.fake.virtual(page * pages, "uint8", name=f"pool{len(self.model)}")
-        if fail_nth is not None:
-            rule_ = self.fake.inject("cudaHostRegister", nth=fail_nth, error=2)
+        # the nth registration call fails with out-of-memory (2 at both levels), whichever
+        # door the code takes: an implementation uses one, so only one rule can fire
+        armed = [self.fake.inject(api, nth=fail_nth, error=2)
+                 for api in sorted(REGISTER_APIS)] if fail_nth is not None else []
         try:
             handle = self._register(buffer, page, limit_gib * GiB)
         except Exception:
-            fired = fail_nth is not None and rule_.fired > 0
+            fired = any(a.fired for a in armed)
             assert fired, "[unexpected-error] register raised without a failing call"
             mine = [r for r in self.fake.live_registrations()
                     if buffer.data_ptr() <= r.base < buffer.data_ptr() + buffer.nbytes]
@@ -103,7 +126,7 @@ class RegistrationMachine(RuleBasedStateMachine):
             return _multiple_none()
         finally:
             self.fake.faults.clear()
-        if fail_nth is not None and rule_.fired:
+        if any(a.fired for a in armed):
             raise AssertionError("[error-swallowed] a registration call failed but register() "
                                  "returned normally")
         self.model[buffer.data_ptr()] = (buffer.nbytes, page)
@@ -132,7 +155,7 @@ class RegistrationMachine(RuleBasedStateMachine):
         self._teardown(pool)
         self._teardown(pool)
         del self.model[pool.buffer.data_ptr()]
-        codes = [c for c in self.fake.trace.codes("cudaHostUnregister")]
+        codes = [c for api in sorted(UNREGISTER_APIS) for c in self.fake.trace.codes(api)]
         assert all(c == 0 for c in codes), f"[unregister-not-a-live-base] an unregister " \
                                            f"failed: {codes}"
 
