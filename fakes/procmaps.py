@@ -100,11 +100,17 @@ class ProcessMaps:
 
     @property
     def available(self) -> bool:
+        if self._table is not None:
+            return True                          # read before: no need to read again
         try:
             self._load()
         except OSError:
             return False
         return True
+
+    def refresh(self) -> None:
+        """Read the mappings now."""
+        self._load()
 
     def _load(self) -> _Table:
         with open(self._path, encoding="ascii", errors="replace") as fh:
@@ -128,16 +134,18 @@ class ProcessMaps:
         return True
 
     def is_mapped(self, ptr: int, nbytes: int, *, write: bool = False,
-                  fresh: bool = False) -> bool:
+                  fresh: bool = False, confirm: bool = True) -> bool:
         """Every page of ``[ptr, ptr+nbytes)`` is mapped readable (and writable if asked).
 
         ``fresh``: read the mappings now (a registration pins the live page tables).
+        ``confirm``: check a cached hit with msync; without it a hit costs no system call
+        (and memory unmapped since the last read still reads as mapped).
         """
         if ptr < 0 or nbytes < 0 or ptr + nbytes > 1 << 64:
             return False
         table = self._table
         if not fresh and table is not None and self._covers(table, ptr, nbytes, write):
-            return _all_pages_mapped(ptr, nbytes)
+            return _all_pages_mapped(ptr, nbytes) if confirm else True
         try:
             table = self._load()                 # a miss: the mappings may have grown
         except OSError:

@@ -8,7 +8,7 @@ WRITE/READ/SEND move the bytes of registered process memory in place and fail wi
 completions of real NICs. Every fabric is independent; nothing here is global except the
 fault-point names (``verbs.reg_mr``, ``verbs.dereg_mr``, ``verbs.post_send``,
 ``verbs.post_recv``, ``verbs.completion``) and the cached view of this process's mappings
-(:mod:`.procmaps`). What is not modelled is listed by ``python -m
+(:mod:`kvreg.fakes.procmaps`). What is not modelled is listed by ``python -m
 kvreg.fakes.verbs.coverage``.
 """
 

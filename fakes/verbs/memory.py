@@ -5,7 +5,7 @@ A range is one of four kinds in a node's :class:`~kvreg.fakes.address_space.Addr
 - ``real``: inside one tracked real buffer (``space.track(obj)``, or a buffer pyverbs
   allocated for an MR). Transfers copy bytes with ``ctypes.memmove``.
 - ``process``: ordinary process memory nobody tracked (a numpy array, a ``bytearray``, a
-  torch CPU tensor, by address) that ``/proc/self/maps`` shows mapped (:mod:`.procmaps`).
+  torch CPU tensor, by address) that ``/proc/self/maps`` shows mapped (:mod:`kvreg.fakes.procmaps`).
   Real verbs and the real store move the bytes of any registered range, so the fake does
   too, in place, with no extra call (docs/mooncake-verbs.md §5.2: pinning needs only a mapping).
 - ``virtual``: a virtual address (bit 60 set). Registration-only: a transfer that touches
@@ -23,8 +23,8 @@ import ctypes
 from typing import Literal
 
 from ..address_space import AddressSpace
+from ..procmaps import is_mapped
 from .errors import UntrackedMemoryError
-from .procmaps import is_mapped
 
 __all__ = ["Kind", "classify", "copy", "read", "write"]
 

@@ -19,10 +19,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .. import procmaps
 from ..address_space import AddressSpace, VirtualTensor
 from ..recorder import Trace
 from . import enums as V
-from . import memory, procmaps
+from . import memory
 from .errors import PyverbsRDMAError
 from .profiles import NicProfile
 

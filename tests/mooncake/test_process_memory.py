@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from kvreg.fakes.mooncake import ErrorCode, FakeMooncake
-from kvreg.fakes.verbs.procmaps import available
+from kvreg.fakes.procmaps import available
 
 pytestmark = pytest.mark.skipif(not available(), reason="needs Linux /proc/self/maps")
 

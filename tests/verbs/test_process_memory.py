@@ -21,10 +21,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvreg.fakes.procmaps import ProcessMaps, available
 from kvreg.fakes.verbs import PyverbsRDMAError, UntrackedMemoryError
 from kvreg.fakes.verbs.enums import ibv_access_flags as A
 from kvreg.fakes.verbs.enums import ibv_wr_opcode as OP
-from kvreg.fakes.verbs.procmaps import ProcessMaps, available
 
 pytestmark = pytest.mark.skipif(not available(), reason="needs Linux /proc/self/maps")
 
