@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager, ExitStack
 from typing import TYPE_CHECKING, Any
 
-from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
 from kvreg.fakes.patching import patch_torch_cudart
 from kvreg.harness.plan.chunking import PlanError, reference_unit
 from kvreg.harness.run.endstate import Pending, summarize_exception
@@ -63,7 +63,7 @@ def real_backend(sc: Scenario, backend: Any) -> tuple[Any, str | None]:
 def pending_errors(fake: Any, step: str) -> list[Pending]:
     """Each runtime instance's last error, read without clearing it
     (docs/cuda-runtime.md §6); a real backend is not asked (its runtimes have no such hook)."""
-    from kvreg.fakes.errors import error_name
+    from kvreg.fakes.cuda.errors import error_name
 
     out = []
     for label, attr in (("torch", "torch_runtime"), ("cuda-bindings", "cuda_runtime")):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from kvreg.fakes.fake_cuda import FakeCuda
+    from kvreg.fakes.cuda.fake_cuda import FakeCuda
     from kvreg.fakes.mooncake import FakeMooncake
     from kvreg.fakes.verbs import Fabric
 
@@ -134,7 +134,7 @@ def fake_cudart(request: pytest.FixtureRequest) -> Iterator[FakeCuda]:
     ini ``kvreg_profile`` (default h200-r580). The test fails if registrations are still
     live at its end, unless it is marked ``kvreg_allow_leaks``.
     """
-    from kvreg.fakes.fake_cuda import FakeCuda
+    from kvreg.fakes.cuda.fake_cuda import FakeCuda
 
     marker = request.node.get_closest_marker("kvreg_profile")
     profile = marker.args[0] if marker and marker.args else _profile_name(request.config)

@@ -12,7 +12,7 @@ from kvreg.fakes.address_space import (
     VirtualTensor,
     buffer_address,
 )
-from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
 
 GiB, TiB = 1 << 30, 1 << 40
 

@@ -15,9 +15,9 @@ import threading
 import numpy as np
 import pytest
 
-from kvreg.fakes.ctypes_face import FakeCudartLibrary, is_libcudart
-from kvreg.fakes.cuda_python_face import NotModelledError
-from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.ctypes_face import FakeCudartLibrary, is_libcudart
+from kvreg.fakes.cuda.cuda_python_face import NotModelledError
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
 
 MiB = 1 << 20
 

@@ -16,8 +16,8 @@ from where the range lives:
 
 from __future__ import annotations
 
-from .address_space import VIRTUAL_BASE, VIRTUAL_LIMIT, AddressSpace
-from .procmaps import ProcessMaps, process_maps
+from ..address_space import VIRTUAL_BASE, VIRTUAL_LIMIT, AddressSpace
+from ..procmaps import ProcessMaps, process_maps
 
 __all__ = ["PAGE", "range_is_mapped", "virtual_extent"]
 

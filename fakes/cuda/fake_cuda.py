@@ -16,17 +16,17 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from ..address_space import AddressSpace, VirtualTensor
+from ..faults import FaultPlan, FaultRule
+from ..patching import patch_ctypes_cudart, patch_cuda_bindings, patch_torch_cudart
+from ..recorder import Intercepted, Trace
 from . import errors as E
-from .address_space import AddressSpace, VirtualTensor
 from .ctypes_face import LIBCUDART_NAME, CtypesCudartFace, FakeCudartLibrary, is_libcudart
 from .cuda_driver import FakeDriver
 from .cuda_python_face import OUTPUTS, CudaBindingsFace
 from .cuda_runtime import FakeRuntime
 from .driver_face import DRIVER_OUTPUTS, RUNTIME_TWINS, CudaDriverFace
-from .faults import FaultPlan, FaultRule
-from .patching import patch_ctypes_cudart, patch_cuda_bindings, patch_torch_cudart
 from .profile import DeviceProfile
-from .recorder import Intercepted, Trace
 from .torch_face import TorchCudartFace
 
 __all__ = ["FakeCuda", "LiveRegistration"]
