@@ -10,7 +10,6 @@ success silently").
 from __future__ import annotations
 
 import ctypes
-
 import sys
 
 import pytest
