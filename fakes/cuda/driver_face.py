@@ -15,9 +15,9 @@ Modelled rules: ``cuInit(0)`` first, or every call gives CUDA_ERROR_NOT_INITIALI
 context (``cudaFree(0)``, ``cudaHostRegister``, ... through any face) initialises the driver for
 the process as well [DOC: CUDA Runtime API, "Interactions with the CUDA Driver API"]; after
 either, the primary context is taken as current (what a process that already uses the runtime
-has) [INF]. With no driver the binding cannot load ``libcuda`` and raises on the first call (observed with
-cuda-bindings 13.5.0 and no driver; a test compares the two where that is the machine);
-with no GPU cuInit gives CUDA_ERROR_NO_DEVICE (100); with the stub library every call
+has) [INF]. With no driver the binding cannot load ``libcuda`` and raises on the first call
+(observed with cuda-bindings 13.5.0 and no driver; a test compares the two where that is the
+machine); with no GPU cuInit gives CUDA_ERROR_NO_DEVICE (100); with the stub library every call
 gives CUDA_ERROR_STUB_LIBRARY (34) [DOC enum comments].
 """
 
