@@ -34,12 +34,13 @@ SPEC_SECTION = {
     "cudaStreamCreate": "§5.3", "cudaStreamDestroy": "§5.3", "cudaStreamSynchronize": "§4",
     "cudaDeviceSynchronize": "§4", "cudaSetDevice": "§4", "cudaGetDevice": "§4",
     "cudaDeviceGetAttribute": "§2.1, §4", "cudaMemGetInfo": "§7",
-    "cudaProfilerStart": "§7", "cudaProfilerStop": "§7",
+    "cudaProfilerStart": "§7", "cudaProfilerStop": "§7", "getLocalRuntimeVersion": "§9",
 }
 
 
 def _face_methods(cls: type) -> list[str]:
-    return sorted(n for n, v in vars(cls).items() if n.startswith("cuda") and inspect.isfunction(v))
+    return sorted(n for n, v in vars(cls).items()
+                  if n.startswith(("cuda", "getLocal")) and inspect.isfunction(v))
 
 
 def modelled_cuda_python() -> list[str]:

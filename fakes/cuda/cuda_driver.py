@@ -64,6 +64,9 @@ class FakeDriver:
         self._stream_next = 0x5000
         # a sticky error (e.g. 700 after an illegal DMA) poisons every later call
         self.sticky_error = 0
+        # cuInit done, or a runtime call that needs a context passed its gate: per process, so
+        # every runtime instance and the driver face see it (docs/cuda-runtime.md §6)
+        self.initialised = False
         # aliases of registrations whose alias != VA: base -> alias
         self._alias_next = ALIAS_OFFSET
         self._mapped_hint = (0, 0, -1)

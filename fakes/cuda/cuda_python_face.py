@@ -49,6 +49,7 @@ OUTPUTS: dict[str, int] = {
     "cudaMemcpyAsync": 0, "cudaMemcpyBatchAsync": 0, "cudaStreamCreate": 1,
     "cudaStreamDestroy": 0, "cudaStreamSynchronize": 0, "cudaDeviceSynchronize": 0,
     "cudaSetDevice": 0, "cudaGetDevice": 1, "cudaDeviceGetAttribute": 1, "cudaMemGetInfo": 2,
+    "getLocalRuntimeVersion": 1,
 }
 
 _U64 = 1 << 64
@@ -358,6 +359,11 @@ class CudaBindingsFace(types.ModuleType):
         """Succeeds even without a driver (§9)."""
         code, v = self._kvreg_runtime.runtime_get_version()
         return self._e(code), v
+
+    def getLocalRuntimeVersion(self) -> tuple[Any, int]:
+        """The version of the libcudart a ctypes load would give (the fake's), with or without a
+        driver (§9); the real helper dlopens through cuda.pathfinder, which cannot see a fake."""
+        return self._e(0), self._kvreg_runtime.driver.profile.runtime_version
 
     def cudaDriverGetVersion(self) -> tuple[Any, int]:
         """0 without a driver (§2.2)."""

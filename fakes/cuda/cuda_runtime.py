@@ -72,6 +72,15 @@ class FakeRuntime:
             return code
         return self.driver.sticky_error
 
+    def _enter(self) -> int:
+        """The gate of a call that needs a context: its first pass initialises the driver and the
+        primary context for the whole process, as the runtime does on first use (CUDA Runtime API,
+        "Interactions with the CUDA Driver API"); error and version queries do not enter."""
+        code = self._init_error()
+        if not self.driver.env_failing:
+            self.driver.initialised = True
+        return code
+
     def set_last_error(self, code: int) -> None:
         """Used by the fault injector so an injected failure leaves the same trace."""
         if code:
@@ -98,15 +107,15 @@ class FakeRuntime:
         return 0, self.driver.profile.driver_version
 
     def get_device_count(self) -> tuple[int, int | None]:
-        init = self._init_error()
+        init = self._enter()
         return (init, None) if init else (0, self.driver.profile.device_count)
 
     def get_device(self) -> tuple[int, int | None]:
-        init = self._init_error()
+        init = self._enter()
         return (init, None) if init else (0, self.driver.current_device())
 
     def set_device(self, device: int) -> int:
-        init = self._init_error()
+        init = self._enter()
         if init:
             return init
         if not 0 <= device < self.driver.profile.device_count:
@@ -116,7 +125,7 @@ class FakeRuntime:
 
     def device_get_attribute(self, attr: int, device: int) -> tuple[int, int | None]:
         """Every cudaDeviceAttr member answers from the profile's table (device_attributes)."""
-        init = self._init_error()
+        init = self._enter()
         if init:
             return init, None
         if not 0 <= device < self.driver.profile.device_count:
@@ -127,7 +136,7 @@ class FakeRuntime:
         return 0, value
 
     def mem_get_info(self, device: int = 0) -> tuple[int, int | None, int | None]:
-        init = self._init_error()
+        init = self._enter()
         if init:
             return init, None, None
         total = self.driver.profile.total_memory
@@ -138,7 +147,8 @@ class FakeRuntime:
     def host_register(self, ptr: int, size: int, flags: int) -> int:
         driver = self.driver
         if driver.env_failing or driver.sticky_error:   # the hot path skips the method call
-            return self._init_error()
+            return self._enter()
+        driver.initialised = True
         code = driver.host_register(ptr, size, flags)
         if code:
             self._tls.last = code
@@ -147,7 +157,8 @@ class FakeRuntime:
     def host_unregister(self, ptr: int) -> int:
         driver = self.driver
         if driver.env_failing or driver.sticky_error:
-            return self._init_error()
+            return self._enter()
+        driver.initialised = True
         code = driver.host_unregister(ptr)
         if code:
             self._tls.last = code
@@ -155,7 +166,7 @@ class FakeRuntime:
 
     # -- cudaHostAlloc / cudaMallocHost / cudaFreeHost ---------------------------------
     def host_alloc(self, size: int, flags: int = 0) -> tuple[int, int | None]:
-        init = self._init_error()
+        init = self._enter()
         if init:
             return init, None
         if flags & ~HOST_ALLOC_FLAG_BITS:
@@ -183,7 +194,7 @@ class FakeRuntime:
         return self._host_alloc_objects.get(ptr)
 
     def free_host(self, ptr: int) -> int:
-        init = self._init_error()
+        init = self._enter()
         if init:
             return init
         if ptr == 0:
@@ -200,7 +211,7 @@ class FakeRuntime:
 
     # -- device memory -----------------------------------------------------------------
     def malloc(self, size: int) -> tuple[int, int | None]:
-        init = self._init_error()
+        init = self._enter()
         if init:
             return init, None
         if size == 0:
@@ -212,7 +223,7 @@ class FakeRuntime:
         return 0, self.driver.device_alloc(size, dev).base
 
     def free(self, ptr: int) -> int:
-        init = self._init_error()
+        init = self._enter()
         if init:
             return init
         if ptr == 0:
@@ -223,7 +234,7 @@ class FakeRuntime:
 
     # -- pointer queries (docs/cuda-runtime.md §4) -------------------------------------------------
     def pointer_get_attributes(self, ptr: int) -> tuple[int, PointerAttributes | None]:
-        init = self._init_error()
+        init = self._enter()
         if init:
             return init, None
         driver = self.driver
@@ -243,7 +254,7 @@ class FakeRuntime:
                                     entry.base + off)
 
     def host_get_device_pointer(self, ptr: int, flags: int) -> tuple[int, int | None]:
-        init = self._init_error()
+        init = self._enter()
         if init:
             return init, None
         if flags != 0:                                   # docs/cuda-runtime.md §4: flags must be 0
@@ -255,7 +266,7 @@ class FakeRuntime:
         return 0, entry.alias + (ptr - entry.base)
 
     def host_get_flags(self, ptr: int) -> tuple[int, int | None]:
-        init = self._init_error()
+        init = self._enter()
         if init:
             return init, None
         entry = self.driver.pinned.containing(ptr)
@@ -268,7 +279,7 @@ class FakeRuntime:
 
     # -- streams --------------------------------------------------------------------------
     def stream_create(self) -> tuple[int, int | None]:
-        init = self._init_error()
+        init = self._enter()
         if init:
             return init, None
         d = self.driver
@@ -278,7 +289,7 @@ class FakeRuntime:
         return 0, handle
 
     def stream_destroy(self, stream: int) -> int:
-        init = self._init_error()
+        init = self._enter()
         if init:
             return init
         if stream not in self.driver.streams:
@@ -288,7 +299,7 @@ class FakeRuntime:
 
     def synchronize(self, stream: int | None = None) -> int:
         """cudaStreamSynchronize / cudaDeviceSynchronize: where async errors surface."""
-        init = self._init_error()
+        init = self._enter()
         if init:
             return self._fail(init)
         if stream not in (None, 0, STREAM_LEGACY, STREAM_PER_THREAD) and \
@@ -301,7 +312,7 @@ class FakeRuntime:
 
     # -- copies (docs/cuda-runtime.md §5) ----------------------------------------------------------
     def memcpy_async(self, dst: int, src: int, count: int, kind: int, stream: int) -> int:
-        init = self._init_error()
+        init = self._enter()
         if init:
             return init
         if kind not in (0, 1, 2, 3, 4):
@@ -324,7 +335,7 @@ class FakeRuntime:
         """The C-level rules of cudaMemcpyBatchAsync (docs/cuda-runtime.md §5.3); returns (code,
         failIdx)."""
         size_max = self.driver.profile.batch_fail_idx_unspecific
-        init = self._init_error()
+        init = self._enter()
         if init:
             return init, size_max
         p = self.driver.profile

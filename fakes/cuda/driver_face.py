@@ -11,11 +11,13 @@ for device addresses. ``dir()`` lists every name of the real module; the calls b
 modelled, any other raises :class:`NotModelledError`.
 
 Modelled rules: ``cuInit(0)`` first, or every call gives CUDA_ERROR_NOT_INITIALIZED (3)
-[DOC: cuda.h, "cuInit must be called before any other function"]; after it, the primary
-context is taken as current (what a process that already uses the runtime has) [INF]. With no
-driver the binding cannot load ``libcuda`` and raises on the first call (observed with
-cuda-bindings 13.5.0 and no driver; a test compares the two where that is the machine);
-with no GPU cuInit gives CUDA_ERROR_NO_DEVICE (100); with the stub library every call
+[DOC: cuda.h, "cuInit must be called before any other function"]; a runtime call that needs a
+context (``cudaFree(0)``, ``cudaHostRegister``, ... through any face) initialises the driver for
+the process as well [DOC: CUDA Runtime API, "Interactions with the CUDA Driver API"]; after
+either, the primary context is taken as current (what a process that already uses the runtime
+has) [INF]. With no driver the binding cannot load ``libcuda`` and raises on the first call
+(observed with cuda-bindings 13.5.0 and no driver; a test compares the two where that is the
+machine); with no GPU cuInit gives CUDA_ERROR_NO_DEVICE (100); with the stub library every call
 gives CUDA_ERROR_STUB_LIBRARY (34) [DOC enum comments].
 """
 
@@ -151,7 +153,6 @@ class CudaDriverFace(types.ModuleType):
                  else _fallback_types())
         self.__dict__.update(found)
         self._real = real
-        self._initialised = False
         self._init_lock = threading.Lock()
 
     # -- helpers ---------------------------------------------------------------------------
@@ -167,7 +168,7 @@ class CudaDriverFace(types.ModuleType):
                 "Ensure the NVIDIA display driver is installed.")
         if env == "stub":
             return E.STUB_LIBRARY
-        if not self._initialised:
+        if not self._kvreg_driver.initialised:
             return E.INITIALIZATION_ERROR       # CUDA_ERROR_NOT_INITIALIZED (3)
         return self._kvreg_driver.sticky_error
 
@@ -185,7 +186,7 @@ class CudaDriverFace(types.ModuleType):
         if flags != 0:
             return (self._r(E.INVALID_VALUE),)
         with self._init_lock:
-            self._initialised = True
+            self._kvreg_driver.initialised = True
         return (self._r(0),)
 
     def cuDriverGetVersion(self) -> tuple[Any, int | None]:

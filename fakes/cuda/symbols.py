@@ -32,7 +32,7 @@ Kind = Literal["function", "type", "constant", "other"]
 # binding rather than modelled (their results are plain structs and numbers).
 HOST_ONLY_HELPERS = frozenset({
     "make_cudaExtent", "make_cudaPitchedPtr", "make_cudaPos", "sizeof",
-    "getLocalRuntimeVersion", "cudaCreateChannelDesc",
+    "cudaCreateChannelDesc",
 })
 
 _REAL: dict[str, types.ModuleType | None] = {}

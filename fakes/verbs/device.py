@@ -233,12 +233,14 @@ class Context:
 
     def query_gid_table(self, max_entries: int, flags: int = 0) -> list[GIDEntry]:
         """``ibv_query_gid_table``: one entry per port; EINVAL when ``max_entries`` cannot
-        hold them [inferred]."""
-        self._check_open("Failed to query gid table")
-        entries = [self._gid_entry(p.num, 0, "Failed to query gid table")
-                   for p in self._nic.ports]
+        hold them [inferred]. The call returns a negative errno and pyverbs raises with it as
+        is (ibv_query_gid_table(3) "negative errno value on error"; rdma-core
+        tests/test_device.py::test_query_gid_table_bad_flow expects ``-errno.EINVAL``)."""
+        what = "Failed to query gid tables of the device"
+        self._check_open(what)
+        entries = [self._gid_entry(p.num, 0, what) for p in self._nic.ports]
         if max_entries < len(entries):
-            raise PyverbsRDMAError("Failed to query gid table", errno.EINVAL)
+            raise PyverbsRDMAError(what, -errno.EINVAL)
         return entries
 
     def query_gid_type(self, port_num: int, index: int) -> int:

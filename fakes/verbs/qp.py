@@ -269,8 +269,12 @@ class QP(StandIns):
             wc = execute_send(self, wr)
             if wc is None:
                 self._retire(seq)
-            else:
-                self.scq.push(wc, functools.partial(self._retire, seq))
+                continue
+            self.scq.push(wc, functools.partial(self._retire, seq))
+            if wc.status != V.ibv_wc_status.IBV_WC_SUCCESS and self._state != S.IBV_QPS_ERR:
+                # the failing WR completes first, then the queues flush (rdma-core
+                # tests/test_mr.py::test_mr_rereg_pd polls the error before the flushes)
+                self.set_error()
 
     def _stalls(self, wr: SendWR) -> bool:
         return bool(wr.opcode == V.ibv_wr_opcode.IBV_WR_RDMA_READ and

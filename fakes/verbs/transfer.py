@@ -155,8 +155,7 @@ def execute_send(qp: QP, wr: SendWR) -> WC | None:
     def done(status: int, *, injected: bool = False, data: bool = False) -> WC | None:
         fabric.trace.append(nic.face, api, args, status, {"data": data}, injected)
         if status != St.IBV_WC_SUCCESS:
-            if qp.qp_state != V.ibv_qp_state.IBV_QPS_ERR:
-                qp.set_error()
+            # the caller queues this completion, then moves the QP to ERR (flushes after it)
             return WC(wr_id=wr.wr_id, status=status, opcode=_WC_OPCODE[opcode],
                       qp_num=qp.qp_num)
         if not signaled:

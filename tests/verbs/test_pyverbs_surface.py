@@ -77,11 +77,20 @@ def test_gid_and_pkey_queries(pair: Pair) -> None:
     # RoCE ports: ROCE_V2 (ibv_gid_type_sysfs 1); IB ports IB_ROCE_V1 (0)
     assert a.ctx.query_gid_type(1, 0) == 1
     assert a.ctx.query_pkey(1, 0) == 0xFFFF
-    for bad in (lambda: a.ctx.query_gid_ex(1, 3), lambda: a.ctx.query_pkey(2, 0),
-                lambda: a.ctx.query_gid_table(0)):
+    for bad in (lambda: a.ctx.query_gid_ex(1, 3), lambda: a.ctx.query_pkey(2, 0)):
         with pytest.raises(PyverbsRDMAError) as info:
             bad()
         assert info.value.error_code == errno.EINVAL
+
+
+def test_gid_table_too_small_raises_the_negative_errno(pair: Pair) -> None:
+    # ibv_query_gid_table(3): "negative errno value on error", and pyverbs raises with rc as is;
+    # rdma-core tests/test_device.py::test_query_gid_table_bad_flow expects -errno.EINVAL
+    a, _ = pair
+    with pytest.raises(PyverbsRDMAError, match="Failed to query gid tables") as info:
+        a.ctx.query_gid_table(0)
+    assert info.value.error_code == -errno.EINVAL
+    assert len(a.ctx.query_gid_table(1)) == 1      # a table that fits still answers
 
 
 @pytest.mark.parametrize(("profile", "general", "rc"), [("mlx5", 0b11, 0b1111),

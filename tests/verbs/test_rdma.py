@@ -17,6 +17,7 @@ from kvreg.fakes.verbs.enums import ibv_wc_opcode as WO
 from kvreg.fakes.verbs.enums import ibv_wc_status as ST
 from kvreg.fakes.verbs.enums import ibv_wr_opcode as OP
 
+RW_FLAGS = int(A.IBV_ACCESS_LOCAL_WRITE | A.IBV_ACCESS_REMOTE_WRITE | A.IBV_ACCESS_REMOTE_READ)
 WRITE, READ, SEND = int(OP.IBV_WR_RDMA_WRITE), int(OP.IBV_WR_RDMA_READ), int(OP.IBV_WR_SEND)
 LW = int(A.IBV_ACCESS_LOCAL_WRITE)
 
@@ -255,8 +256,31 @@ def test_error_flushes_posted_receives(pair: Pair) -> None:
     a.qp.post_recv(W.RecvWR(wr_id=5, num_sge=1, sg=[a.sge(buf.ctypes.data, 64, mr.lkey)]))
     a.qp.post_send(a.send_wr(WRITE, [a.sge(buf.ctypes.data, 8, mr.lkey + 1)], rkey=1,
                              remote=1))
-    statuses = sorted((w.wr_id, w.status) for w in a.poll_all())
+    # the failing WR's own completion comes first, then the flushes (one CQ for both queues)
+    statuses = [(w.wr_id, w.status) for w in a.poll_all()]
     assert statuses == [(1, ST.IBV_WC_LOC_PROT_ERR), (5, ST.IBV_WC_WR_FLUSH_ERR)]
+
+
+def test_failed_send_completes_before_the_flushes(pair: Pair) -> None:
+    # rdma-core tests/test_mr.py::test_mr_rereg_pd: the responder's receive buffer is no
+    # longer in its QP's PD, the SEND fails "Remote operation error", and the requester's CQ
+    # (shared by both its queues, as in rdma-core's RCResources) gives that error before the
+    # flush of the requester's own posted receive; the responder sees its LOC_PROT_ERR
+    a, b = pair
+    W = a.mods["pyverbs.wr"]
+    abuf, bbuf = a.buffer(4096), b.buffer(4096)
+    amr = a.mr(abuf)
+    b.mr(bbuf)                                        # the buffer's MR in b's own PD
+    other_pd = b.mods["pyverbs.pd"].PD(b.ctx)
+    stray = b.mods["pyverbs.mr"].MR(other_pd, 4096, RW_FLAGS, address=bbuf.ctypes.data)
+    b.qp.post_recv(W.RecvWR(wr_id=7, num_sge=1, sg=[b.sge(bbuf.ctypes.data, 64, stray.lkey)]))
+    a.qp.post_recv(W.RecvWR(wr_id=5, num_sge=1, sg=[a.sge(abuf.ctypes.data, 64, amr.lkey)]))
+    a.qp.post_send(a.send_wr(SEND, [a.sge(abuf.ctypes.data, 64, amr.lkey)], wr_id=1))
+    assert [(w.wr_id, w.status, w.opcode) for w in a.poll_all()] == [
+        (1, ST.IBV_WC_REM_OP_ERR, int(WO.IBV_WC_SEND)),
+        (5, ST.IBV_WC_WR_FLUSH_ERR, int(WO.IBV_WC_RECV))]
+    assert [(w.wr_id, w.status) for w in b.poll_all()] == [(7, ST.IBV_WC_LOC_PROT_ERR)]
+    assert a.qp.qp_state == b.qp.qp_state == S.IBV_QPS_ERR
 
 
 def test_virtual_ranges_pass_checks_but_move_no_bytes(pair: Pair) -> None:
