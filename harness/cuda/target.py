@@ -66,7 +66,10 @@ def pending_errors(fake: Any, step: str) -> list[Pending]:
     from kvreg.fakes.cuda.errors import error_name
 
     out = []
-    for label, attr in (("torch", "torch_runtime"), ("cuda-bindings", "cuda_runtime")):
+    # every instance code can reach: torch's, cuda-bindings' and libcudart loaded through
+    # ctypes (the ctypes style, or a driver-style fallback to the runtime)
+    for label, attr in (("torch", "torch_runtime"), ("cuda-bindings", "cuda_runtime"),
+                        ("libcudart", "libcudart_runtime")):
         peek = getattr(getattr(fake, attr, None), "peek_at_last_error", None)
         if peek is None:
             continue

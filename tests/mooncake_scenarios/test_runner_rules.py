@@ -146,16 +146,28 @@ def test_mr_outside_the_buffer_and_zero_size(tmp_path: Path) -> None:
         outside.message
 
 
-def test_head_accepts_a_big_mr_but_the_limit_still_binds(tmp_path: Path) -> None:
-    sc = scenario(tmp_path, 'mooncake = { profile = "head", mc_max_mr_size = 999424 }\n')
+def test_mr_over_limit_follows_the_store_profile(tmp_path: Path) -> None:
+    """HEAD's transfer engine cuts a registration above max_mr_size into MRs itself (#2644,
+    docs/mooncake-verbs.md §1.6) and every page moves: one call is no fault there. Released
+    Mooncake rejects the same call with -600, which mr-over-limit names."""
     one_call = user(tmp_path, """
         def register(store: Any, ptr: int, nbytes: int, **kw: Any) -> list:
-            assert store.register_buffer(ptr, nbytes) == 0   # HEAD splits it itself
+            rc = store.register_buffer(ptr, nbytes)
+            if rc != 0:
+                raise RuntimeError(f"register_buffer returned {rc}")
             return [(ptr, nbytes)]
         """)
-    result = run_scenario(sc, one_call)
-    assert rules(result) == ["mr-over-limit", "mr-over-limit"]
-    assert "released Mooncake rejects" not in result.first_violation
+    head = run_scenario(scenario(tmp_path, 'mooncake = { profile = "head", '
+                                           'mc_max_mr_size = 999424 }\n'), one_call)
+    assert head.verdict == "pass", head.violations
+    assert head.copy and \
+        head.copy["pages_copied"] == head.copy["pages_total"] > 0, head.copy
+    released = run_scenario(scenario(tmp_path, 'mooncake = { mc_max_mr_size = 999424 }\n'),
+                            one_call)
+    assert rules(released)[0] == "mr-over-limit"
+    assert "asks for one MR of 3997696 bytes, above the effective MR limit 999424" in \
+        released.first_violation
+    assert "released Mooncake rejects it with -600 INVALID_PARAMS" in released.first_violation
 
 
 def test_failed_register_that_returns_normally_is_swallowed(tmp_path: Path) -> None:

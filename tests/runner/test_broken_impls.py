@@ -91,6 +91,14 @@ CASES = [
     Case("teardown_not_idempotent", "sglang", f"{MLA}/below-limit", "teardown-raised",
          ("teardown #2 of kv_buffer raised RuntimeError: host pool was already torn down",),
          f"{MLA}/fail-first-chunk"),
+    # a rollback that swallows its unregister failure keeps every chunk listed; a teardown
+    # after the failed register then unregisters the released ones (713)
+    Case("stale_rollback_list", "sglang",
+         "mla/unregister_faults/rollback-unregister-fails-then-teardown-twice",
+         "unregister-not-a-live-base",
+         ("call #8 unregisters kv_buffer+0x7f998000, which was already released",
+          "713 cudaErrorHostMemoryNotRegistered"),
+         "mla/unregister_faults/rollback-second-unregister-fails"),
     # one 600 GiB call fails forever on R580+; retrying it is stopped by the call budget
     Case("infinite_retry", "sglang", "mha/layer_first/over-ceiling-r580", "call-budget",
          ("stopped after 100001 runtime calls", "loops or never finishes"),
@@ -156,3 +164,25 @@ def test_double_unregister_names_every_chunk_once_per_extra_teardown(by_id, load
     assert {v.rule for v in result.violations} == {"unregister-not-a-live-base"}
     assert len(result.violations) == 3      # 3 chunks, released by teardown #1, again by #2
     assert all("already released" in v.message for v in result.violations)
+
+
+POOL_FOLDERS = ("deepseek_v4", "dsa", "mamba", "mha", "mla")
+ROLLBACK_THEN_TEARDOWN = "unregister_faults/rollback-unregister-fails-then-teardown-twice"
+
+
+def test_stale_rollback_list_is_caught_only_by_the_combined_scenario(catalog,
+                                                                     load_impl) -> None:
+    """Each pool folder has the scenario that combines a rollback unregister fault with two
+    teardowns after the failed register, and only it catches the stale chunk list: an
+    unregister fault alone, or a teardown after a clean rollback, does not."""
+    impl = load_impl("stale_rollback_list", "sglang")
+    unregister_faults = [s for s in catalog if s.target == "cuda" and any(
+        "Unregister" in str(f.get("point", "")) for f in s.faults)]
+    after_failure = [s for s in catalog if "teardown-after-failure" in s.exercise]
+    chosen = {s.id: s for s in unregister_faults + after_failure}
+    failed = {sid for sid, s in chosen.items() if run_scenario(s, impl).verdict != "pass"}
+    assert failed == {f"{pool}/{ROLLBACK_THEN_TEARDOWN}" for pool in POOL_FOLDERS}
+    for pool in POOL_FOLDERS:
+        sc = chosen[f"{pool}/{ROLLBACK_THEN_TEARDOWN}"]
+        assert sc.exercise.count("teardown-after-failure") == 2 and sc.expect == \
+            "register-error"

@@ -77,3 +77,30 @@ def test_planted_bug_is_caught_through_either_door(
 def test_unknown_style_names_the_door_styles() -> None:
     with pytest.raises(ImplementationError, match="ctypes, driver"):
         make_implementation(f"{_example('ctypes')}:register", None, "cffi")
+
+
+# -- error-pending reads the libcudart instance the ctypes door loads ------------------------
+
+IMPLS = ROOT / "tests" / "runner" / "impls"
+TRANSIENT = "mla/persistent_and_transient/transient-middle-chunk"
+
+
+@pytest.mark.parametrize(("style", "broken", "correct"), [
+    ("ctypes", "ctypes_retry_undrained", "ctypes_retry_drained"),
+    ("driver", "driver_fallback_undrained", "driver_fallback_drained"),
+])
+@pytest.mark.parametrize("sid", [TRANSIENT, f"{MLA}/fail-middle-chunk"])
+def test_recovered_failure_left_in_libcudart_is_pending(  # type: ignore[no-untyped-def]
+        style: str, broken: str, correct: str, sid: str, by_id) -> None:
+    """A recovered cudaHostRegister failure stays in the libcudart instance that made the
+    call (docs/cuda-runtime.md §6); ctypes code has cudaGetLastError on that handle, so
+    leaving it is a failure, in the ctypes style and in a driver-style runtime fallback."""
+    result = run_scenario(by_id[sid], _impl(IMPLS / f"{broken}.py", style))
+    assert [v.rule for v in result.violations] == ["error-pending"], result.violations
+    assert result.first_violation.startswith(
+        "after register returned, libcudart's runtime still holds cudaError")
+    assert result.first_violation.endswith(
+        "drain it with cudaGetLastError through the same runtime")
+    good = run_scenario(by_id[sid], _impl(IMPLS / f"{correct}.py", style))
+    assert good.verdict == "pass", good.violations
+    assert [w.rule for w in good.warnings] in (["recovered"], []), good.warnings
