@@ -113,8 +113,8 @@ class Reservation:
             os.close(fd)
             raise
         self.fd: int | None = fd
-        self.region = region
-        self.base = base
+        self.region: int = int(region)
+        self.base: int = int(base)
         with _LOCK:
             _LIVE[base] = weakref.ref(self)
 
