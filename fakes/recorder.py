@@ -92,7 +92,7 @@ class Trace:
             shown = ", ".join(self._show(a) for a in e.args)
             res = "" if e.code is None else f" -> {e.code} {E.error_name(e.code)}"
             inj = " [injected]" if e.injected else ""
-            lines.append(f"#{e.seq} {e.face}.{e.api}({shown}){res}{inj}")
+            lines.append(f"#{e.seq + 1} {e.face}.{e.api}({shown}){res}{inj}")
         return "\n".join(lines)
 
     def _show(self, arg: Any) -> str:

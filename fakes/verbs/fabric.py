@@ -44,7 +44,7 @@ class FabricTrace(Trace):
             namer = self.namers.get(family)
             res = "" if e.code is None or namer is None else f" -> {e.code} {namer(e.api, e.code)}"
             inj = " [injected]" if e.injected else ""
-            lines.append(f"#{e.seq} {e.face}.{e.api}({shown}){res}{inj}")
+            lines.append(f"#{e.seq + 1} {e.face}.{e.api}({shown}){res}{inj}")
         return "\n".join(lines)
 
 

@@ -24,6 +24,7 @@ from kvreg.harness.run.adapters import (
     make_implementation,
 )
 from kvreg.harness.run.catalog import restore_sigint, run_catalog, write_atomic
+from kvreg.harness.run.causes import causes, hints, render_causes
 from kvreg.harness.run.limits import (
     DEFAULT_MEMORY,
     DEFAULT_TIMEOUT_S,
@@ -129,15 +130,28 @@ def _run_all(scenarios: list[Scenario], impl: Implementation, jobs: int,
     return run.results, run.interrupted
 
 
-def _table(results: Sequence[ScenarioResult], out: TextIO, show_trace: bool) -> None:
+def _table(results: Sequence[ScenarioResult], out: TextIO, show_trace: bool,
+           notes: Sequence[str] = ()) -> None:
+    """The causes block and the hints first (what to fix), then one line per scenario."""
+    block = render_causes(causes(results))
+    for line in block:
+        out.write(line + "\n")
+    for note in notes:
+        out.write(f"hint: {note}\n")
+    if block or notes:
+        out.write("\n")
     width = max((len(r.id) for r in results), default=10)
     for r in results:
         line = f"{r.id:<{width}}  {r.verdict.upper():<5}"
         if r.verdict != "pass":
+            first = r.violations[0] if r.violations else None
             line += f"  {r.first_violation}"
+            if first is not None and first.count > 1:
+                line += f" (x{first.count})"
         out.write(line + "\n")
         for w in r.warnings:
-            out.write(f"    warning [{w.rule}] {w.message}\n")
+            out.write(f"    warning [{w.rule}] {w.message}"
+                      + (f" (x{w.count})" if w.count > 1 else "") + "\n")
         if show_trace and r.verdict == "fail" and r.trace_text:
             out.write("    " + r.trace_text.replace("\n", "\n    ") + "\n")
     s = summary(results)
@@ -177,12 +191,14 @@ def run_run(args: argparse.Namespace) -> int:
     results, interrupted = _run_all(scenarios, impl, jobs, progress, args.backend, limits,
                                     args.in_process)
     counts = summary(results)
-    doc = {"summary": counts, "scenarios": [r.as_dict() for r in results]}
+    advice = hints(results, pinning=args.pinning, style=impl.style)
+    doc = {"summary": counts, "causes": [c.as_dict() for c in causes(results)],
+           "hints": advice, "scenarios": [r.as_dict() for r in results]}
     try:
         if args.json == "-":
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         else:
-            _table(results, sys.stdout, args.trace)
+            _table(results, sys.stdout, args.trace, advice)
             if args.json:
                 write_atomic(Path(args.json), json.dumps(doc, indent=2) + "\n")
         sys.stdout.flush()

@@ -28,7 +28,7 @@ from kvreg.harness.run.endstate import (
     recovered_warnings,
     rollback_phrase,
 )
-from kvreg.harness.run.result import Violation
+from kvreg.harness.run.result import Violation, whole_message
 
 __all__ = ["BufferRun", "RunRecord", "Violation", "buffer_ends", "check_run", "check_warnings"]
 
@@ -92,7 +92,7 @@ def _owner(record: RunRecord, ptr: int, size: int) -> BufferRun | None:
 
 
 def _exc(e: BaseException) -> str:
-    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    text = whole_message(e)
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
@@ -110,16 +110,16 @@ def check_run(r: RunRecord) -> list[Violation]:
     for e in regs:
         ptr, size = int(e.args[0]), int(e.args[1])
         if size == 0:
-            out.append(Violation("register-size-zero", f"call #{e.seq} registers 0 bytes at "
+            out.append(Violation("register-size-zero", f"call #{e.seq + 1} registers 0 bytes at "
                                  f"{_where(r, ptr)} (cudaHostRegister rejects it with 1)", e.seq))
             continue
         owner = _owner(r, ptr, size)
         if owner is None:
-            out.append(Violation("range-outside-buffer", f"call #{e.seq} registers "
+            out.append(Violation("range-outside-buffer", f"call #{e.seq + 1} registers "
                                  f"[{_where(r, ptr)}, +{size}) which is not inside one pool "
                                  "buffer", e.seq))
         elif size > r.limit and owner.granularity is not None:
-            out.append(Violation("chunk-over-limit", f"call #{e.seq} registers {size} bytes at "
+            out.append(Violation("chunk-over-limit", f"call #{e.seq + 1} registers {size} bytes at "
                                  f"{_where(r, ptr)}, above the chunk limit {r.limit}", e.seq))
 
     # register failures: raised, and rolled back
@@ -145,7 +145,7 @@ def check_run(r: RunRecord) -> list[Violation]:
             out.append(Violation(
                 "error-swallowed",
                 f"cudaHostRegister returned {e.code} ({error_string(e.code or 0)}) at "
-                f"{_where(r, int(e.args[0]))} (call #{e.seq}) but register() of {b.spec.name} "
+                f"{_where(r, int(e.args[0]))} (call #{e.seq + 1}) but register() of {b.spec.name} "
                 "returned normally: the pool would run unpinned"
                 + (f" (it only logged: {logged!r})" if logged else ""), e.seq))
     # expectations
@@ -216,7 +216,7 @@ def check_run(r: RunRecord) -> list[Violation]:
                    "is inside a registration, not its base" if e.code == 1 else
                    "was never registered")
             out.append(Violation("unregister-not-a-live-base",
-                                 f"call #{e.seq} unregisters {_where(r, ptr)}, which {why} "
+                                 f"call #{e.seq + 1} unregisters {_where(r, ptr)}, which {why} "
                                  f"({e.code} {error_name(e.code)})", e.seq))
 
     # nothing left registered, except what an injected rollback failure pinned for good

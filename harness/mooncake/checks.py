@@ -27,7 +27,7 @@ from kvreg.harness.run.endstate import (
     recovered_warnings,
     rollback_phrase,
 )
-from kvreg.harness.run.result import Violation
+from kvreg.harness.run.result import Violation, whole_message
 
 from .io import IoFailure, PoolBuffer
 
@@ -91,7 +91,7 @@ def _owner(r: McRecord, node: str, ptr: int, size: int) -> McBuffer | None:
 
 
 def _exc(e: BaseException) -> str:
-    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    text = whole_message(e)
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
@@ -134,7 +134,7 @@ def _check_calls(r: McRecord, regs: list[TraceEntry], out: list[Violation]) -> N
     """Every register_buffer: non-empty, inside one pool buffer, within the MR limit."""
     for e in regs:
         node, ptr, size = _node(e), int(e.args[0]), int(e.args[1])
-        call = f"call #{e.seq} register_buffer({_where(r, node, ptr)}, {size})"
+        call = f"call #{e.seq + 1} register_buffer({_where(r, node, ptr)}, {size})"
         if size == 0:
             out.append(Violation("register-size-zero", f"{call} registers 0 bytes (the store "
                                  "rejects it with -600 INVALID_PARAMS)", e.seq))
@@ -162,7 +162,8 @@ def _explain(r: McRecord, regs: list[TraceEntry], b: McBuffer) -> str:
         e = failing[0]
         size = int(e.args[1])
         msg += (f"; register_buffer({_where(r, _node(e), int(e.args[0]))}, {size}) "
-                f"(call #{e.seq}) returned {_rc(e.code)}" + (" [injected]" if e.injected else ""))
+                f"(call #{e.seq + 1}) returned {_rc(e.code)}"
+                + (" [injected]" if e.injected else ""))
         if r.store_limited and size > r.limit and not e.injected:
             msg += (f": one MR of {size} bytes is above the effective limit {r.limit}, which "
                     "released Mooncake rejects (§1.6); register it in chunks")
@@ -227,7 +228,7 @@ def _check_failures(r: McRecord, regs: list[TraceEntry], out: list[Violation],
             out.append(Violation(
                 "error-swallowed",
                 f"register_buffer({_where(r, _node(e), int(e.args[0]))}, {int(e.args[1])}) "
-                f"(call #{e.seq}) returned {_rc(e.code)} but register() of {b.pool.label} "
+                f"(call #{e.seq + 1}) returned {_rc(e.code)} but register() of {b.pool.label} "
                 "returned normally: the pool would transfer from memory no NIC can reach"
                 + (f" (it only logged: {logged!r})" if logged else ""), e.seq))
         if b.error is not None and b.live_after_error:
@@ -243,7 +244,7 @@ def _check_failures(r: McRecord, regs: list[TraceEntry], out: list[Violation],
             for ptr, size in b.live_after_error:
                 if ptr in failed_rollback:
                     continue
-                why = (f" (register_buffer call #{mine[0].seq} returned {_rc(mine[0].code)})"
+                why = (f" (register_buffer call #{mine[0].seq + 1} returned {_rc(mine[0].code)})"
                        if mine else "")
                 out.append(Violation(
                     "not-rolled-back", f"MR [{_where(r, b.pool.node, ptr)}, +{size}) is still "
@@ -304,7 +305,7 @@ def _check_releases(r: McRecord, calls: list[TraceEntry], out: list[Violation]) 
         else:
             why = "was never registered"
         out.append(Violation("unregister-not-a-live-base",
-                             f"call #{e.seq} unregister_buffer({_where(r, node, ptr)}), which "
+                             f"call #{e.seq + 1} unregister_buffer({_where(r, node, ptr)}), which "
                              f"{why}, returned {_rc(e.code)}", e.seq))
 
 

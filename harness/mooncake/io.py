@@ -370,7 +370,7 @@ def store_round_trip(fake: FakeMooncake, store: Any, node: str, geometry: PoolGe
                        else f"read {rc} of {obj.size} bytes")
                 return done, IoFailure(
                     "transfer-failed", part_words(geometry, bufs, obj.page, obj.key, bad),
-                    cause, f"{api} (call #{seq}) {got}" + (" [injected]" if injected else ""),
+                    cause, f"{api} (call #{seq + 1}) {got}" + (" [injected]" if injected else ""),
                     seq)
             done += 0 if put else len(objs)
     for batch in batches:

@@ -137,7 +137,7 @@ def pd_transfer(fake: FakeMooncake, geometry: PoolGeometry, src: Sequence[PoolBu
                     "pd-transfer-failed", part_words(geometry, bufs, page, None,
                                                       (buf, off, size)),
                     failure_cause(rng, bufs[buf], off, size),
-                    f"the RDMA WRITE from prefill to decode (call #{last_seq(fake)}) completed "
+                    f"the RDMA WRITE from prefill to decode (call #{last_seq(fake) + 1}) completed "
                     f"with {V.ibv_wc_status(status).name} ({status})", last_seq(fake))
             sent += 1
             sb, db = src[buf].array, dst[buf].array

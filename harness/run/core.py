@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from .callsite import CallSites, locate
+from .causes import dedupe
 from .isolation import capture_logs, wall_guard
 from .progress import Progress
 from .result import CallBudgetExceeded, ScenarioResult
@@ -53,7 +55,9 @@ def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False
     except CannotRun as exc:
         result.verdict, result.reason = "error", f"kvreg cannot run this scenario: {exc}"
         return result
-    world.watch(progress)
+    sites = CallSites(impl)      # where in the code under test each violation happened
+    world.watch(sites.progress(progress))
+    impl = sites.wrap()
     try:
         with world.isolation(), wall_guard(timeout), capture_logs() as logs:
             world.set_logs(logs)
@@ -75,8 +79,8 @@ def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False
         return result
     progress.step("the checks of the run")
     world.finish()
-    result.violations = world.judge()
-    result.warnings = world.warnings()
+    result.violations = dedupe(locate(world.judge(), sites))
+    result.warnings = dedupe(locate(world.warnings(), sites))
     result.verdict = "fail" if result.violations else "pass"
     result.calls = world.calls()
     # optional on a world: how its copy step covered the pool's pages (pages copied, total,

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import kvreg.fakes
 
-from .result import Violation
+from .result import Violation, whole_message
 
 __all__ = [
     "PINNING",
@@ -58,7 +58,7 @@ PROGRAMMING_ERRORS = frozenset({"TypeError", "AttributeError", "NameError",
                                 "AssertionError", "ImportError",
                                 "ModuleNotFoundError", "ZeroDivisionError", "OverflowError"})
 _FAKES = str(Path(kvreg.fakes.__file__).resolve().parent)   # frames there are the fake's
-# one message line kept per exception of a chain; enough to find a code or a name
+# the exceptions of a chain kept (each message whole); enough to find a code or a name
 _MAX_CHAIN = 8
 
 
@@ -66,12 +66,17 @@ _MAX_CHAIN = 8
 class Raised:
     """What a register raised, as plain data: the type, every message of the chain
     (the exception, then its ``__cause__`` / ``__context__``), where in the
-    implementation it came from, and a ``code`` attribute if it had one."""
+    implementation it came from, and a ``code`` attribute if it had one.
+
+    ``chain`` holds each message whole (for the report); ``heads`` each message's first
+    line, which is what ``error-reported`` reads: the lines after it are often the
+    binding's own (torch's "Invoked with: 2" names the argument, not the error)."""
 
     type_name: str
     chain: tuple[str, ...]
     origin: str = ""
     code_attr: int | None = None
+    heads: tuple[str, ...] = ()
 
     @property
     def first(self) -> str:
@@ -92,18 +97,21 @@ def _origin(exc: BaseException) -> str:
 def summarize_exception(exc: BaseException) -> Raised:
     """A picklable summary of ``exc`` and the exceptions it was raised from."""
     chain: list[str] = []
+    heads: list[str] = []
     seen: set[int] = set()
     cur: BaseException | None = exc
     code_attr: int | None = None
     while cur is not None and id(cur) not in seen and len(chain) < _MAX_CHAIN:
         seen.add(id(cur))
-        text = str(cur).strip().splitlines()[0] if str(cur).strip() else ""
+        text = whole_message(cur)
         chain.append(f"{type(cur).__name__}: {text}" if text else type(cur).__name__)
+        head = str(cur).strip().splitlines()[0] if str(cur).strip() else ""
+        heads.append(f"{type(cur).__name__}: {head}" if head else type(cur).__name__)
         code = getattr(cur, "code", None)
         if code_attr is None and isinstance(code, int) and not isinstance(code, bool):
             code_attr = code
         cur = cur.__cause__ or cur.__context__
-    return Raised(type(exc).__name__, tuple(chain), _origin(exc), code_attr)
+    return Raised(type(exc).__name__, tuple(chain), _origin(exc), code_attr, tuple(heads))
 
 
 @dataclass(frozen=True)
@@ -123,7 +131,7 @@ class FailedCall:
         if raised.code_attr == self.code:
             return True
         pattern = re.compile(rf"(?<![\w.-]){re.escape(str(self.code))}(?![\w.])")
-        for msg in raised.chain:
+        for msg in raised.heads or raised.chain:
             if self.name and self.name in msg:
                 return True
             if self.text and self.text in msg:
@@ -264,7 +272,7 @@ def check_error_reported(buffers: Sequence[BufferEnd]) -> list[Violation]:
         if call.carried_by(b.raised):
             continue
         what = f"{call.name} ({call.code}" + (f", {call.text})" if call.text else ")")
-        where = f"{call.api}({b.label}+{call.ptr - b.base:#x}, {call.size}) (call #{call.seq})"
+        where = f"{call.api}({b.label}+{call.ptr - b.base:#x}, {call.size}) (call #{call.seq + 1})"
         if b.raised.type_name in PROGRAMMING_ERRORS:
             src = f" from {b.raised.origin}" if b.raised.origin else ""
             msg = (f"register() of {b.label} raised {b.raised.first}{src} instead of reporting "
@@ -281,14 +289,15 @@ def recovered_warnings(buffers: Sequence[BufferEnd]) -> list[Violation]:
     """Failed calls a register retried past: fully registered, aligned, nothing raised."""
     out: list[Violation] = []
     for b in buffers:
-        if not b.failed or not b.returned or not fully_registered(b):
+        # an empty buffer is trivially "fully registered": nothing was recovered there
+        if not b.failed or not b.returned or b.nbytes == 0 or not fully_registered(b):
             continue
         if check_seams_aligned([b], 0):
             continue
         call = b.failed[0]
         out.append(Violation(
             "recovered", f"{call.api}({b.label}+{call.ptr - b.base:#x}, {call.size}) (call "
-            f"#{call.seq}) returned {call.code} {call.name}"
+            f"#{call.seq + 1}) returned {call.code} {call.name}"
             + (f" and {len(b.failed) - 1} more call(s) failed" if len(b.failed) > 1 else "")
             + f"; register() recovered: {b.label} ended fully registered in "
             f"{len(b.live)} {b.what}(s) on aligned seams", call.seq))

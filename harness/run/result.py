@@ -8,7 +8,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CallBudgetExceeded", "ScenarioResult", "Violation"]
+__all__ = ["CallBudgetExceeded", "ScenarioResult", "Violation", "whole_message"]
+
+# a message longer than this is cut, saying so (an implementation may raise anything)
+_MAX_MESSAGE = 4000
+
+
+def whole_message(text: object) -> str:
+    """An exception's message on one line, whole: its lines joined with " " (torch's
+    binding errors list the accepted signatures on the lines after "supported:")."""
+    lines = [" ".join(line.split()) for line in str(text).splitlines()]
+    joined = " ".join(line for line in lines if line)
+    if len(joined) > _MAX_MESSAGE:
+        return joined[:_MAX_MESSAGE] + f"... ({len(joined) - _MAX_MESSAGE} more characters)"
+    return joined
 
 
 class CallBudgetExceeded(BaseException):
@@ -23,9 +36,20 @@ class Violation:
     rule: str
     message: str
     seq: int = 1 << 62   # trace position, for ordering
+    # where in the code under test it happened (``path:line`` as the user would open it)
+    # and that line's source; filled in the worker, where the code ran (.callsite)
+    where: str = ""
+    code: str = ""
+    count: int = 1       # identical violations of one scenario, shown once
 
-    def as_dict(self) -> dict[str, str]:
-        return {"rule": self.rule, "message": self.message}
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"rule": self.rule, "message": self.message}
+        if self.where:
+            out["where"] = self.where
+            out["code"] = self.code
+        if self.count > 1:
+            out["count"] = self.count
+        return out
 
 
 @dataclass

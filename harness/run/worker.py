@@ -25,7 +25,7 @@ from .adapters import Implementation
 from .core import run_scenario
 from .limits import Limits, TimeLimitExceeded
 from .progress import Progress, SharedProgress, describe_calls
-from .result import ScenarioResult
+from .result import ScenarioResult, whole_message
 
 if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
@@ -88,7 +88,7 @@ def ended_by(exc: BaseException, sc: Scenario, progress: Progress,
         who = "the implementation" if progress.in_implementation else "the run"
         what = f"{who} ran out of memory: {limits.memory_text()} was hit"
     else:
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        text = whole_message(exc)
         what = f"the implementation raised {type(exc).__name__}" + (f": {text}" if text else "")
     return ScenarioResult(sc.id, sc.pool, "error", reason=f"{what} {where}", guards=sc.guards)
 

@@ -203,7 +203,7 @@ def test_an_error_without_its_code_is_named(tmp_path: Path) -> None:
     assert result.first_violation == (
         "register() of read raised RuntimeError: register_buffer failed at offset 999424, "
         "which does not name INVALID_PARAMS (-600) returned by register_buffer(read+0xf4000, "
-        "999424) (call #3): say the failing code, its name or its string")
+        "999424) (call #4): say the failing code, its name or its string")
 
 
 def test_rollback_messages_say_none_or_part(tmp_path: Path) -> None:

@@ -73,4 +73,4 @@ def test_warnings_of_a_passing_scenario_reach_the_summary(pytester: pytest.Pytes
     result.assert_outcomes(passed=1, deselected=1)
     result.stdout.fnmatch_lines([
         "*KvregScenarioWarning: mla/fail-first-chunk: [[]recovered] cudaHostRegister("
-        "kv_buffer+0x0, 1070383104) (call #0) returned 2 cudaErrorMemoryAllocation*"])
+        "kv_buffer+0x0, 1070383104) (call #1) returned 2 cudaErrorMemoryAllocation*"])

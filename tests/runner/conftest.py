@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -91,7 +92,9 @@ def check_report(doc: Any) -> dict[str, dict[str, Any]]:
     (``{"pages_copied", "pages_total", "method"}``), nothing else. ``warnings`` is always
     present, possibly empty.
     """
-    assert isinstance(doc, dict) and set(doc) == {"summary", "scenarios"}, doc.keys()
+    assert isinstance(doc, dict) and set(doc) == {"summary", "causes", "hints", "scenarios"}, \
+        doc.keys()
+    assert isinstance(doc["hints"], list) and all(isinstance(h, str) and h for h in doc["hints"])
     summary, scenarios = doc["summary"], doc["scenarios"]
     assert set(summary) == SUMMARY_KEYS
     assert all(type(summary[k]) is int and summary[k] >= 0 for k in SUMMARY_KEYS), summary
@@ -115,16 +118,51 @@ def check_report(doc: Any) -> dict[str, dict[str, Any]]:
         assert isinstance(s["violations"], list)
         assert isinstance(s["warnings"], list)
         for v in s["violations"] + s["warnings"]:
-            assert set(v) == {"rule", "message"}, v
+            # where (path:line) and code come together; count only above 1
+            assert set(v) in ({"rule", "message"}, {"rule", "message", "count"},
+                              {"rule", "message", "where", "code"},
+                              {"rule", "message", "where", "code", "count"}), v
             assert isinstance(v["rule"], str) and isinstance(v["message"], str)
             assert v["rule"] and v["message"]
+            assert v.get("count", 2) >= 2 and re.fullmatch(r".+:\d+", v.get("where", "x:1"))
         # a failure always says why; nothing else carries violations
         assert bool(s["violations"]) == (s["verdict"] == "fail"), s
         assert s["id"] not in by, f"duplicate id {s['id']}"
         by[s["id"]] = s
     for verdict, key in VERDICT_COUNTS.items():
         assert summary[key] == sum(1 for s in scenarios if s["verdict"] == verdict), key
+    check_causes(doc["causes"], scenarios)
     return by
+
+
+def check_causes(causes: Any, scenarios: list[dict[str, Any]]) -> None:
+    """``causes`` is the contract's list: most frequent first, every failing or erroring
+    scenario under at least one of them, each count the scenarios that show it."""
+    assert isinstance(causes, list)
+    keys = {"rule", "where", "code", "scenarios", "example", "message"}
+    for c in causes:
+        assert set(c) == keys, c
+        assert type(c["scenarios"]) is int and c["scenarios"] >= 1 and c["message"]
+    assert [c["scenarios"] for c in causes] == sorted((c["scenarios"] for c in causes),
+                                                      reverse=True)
+    by_id = {s["id"]: s for s in scenarios}
+    shown: dict[tuple[str, str], set[str]] = {}
+    for s in scenarios:
+        for v in s["violations"] if s["verdict"] == "fail" else []:
+            shown.setdefault((v["rule"], v.get("where", "")), set()).add(s["id"])
+    for c in causes:
+        example = by_id[c["example"]]
+        assert example["verdict"] in ("fail", "error"), c
+        if c["rule"] == "error":
+            assert example["verdict"] == "error"
+        elif c["where"]:
+            assert len(shown[(c["rule"], c["where"])]) == c["scenarios"], c
+    for s in scenarios:
+        if s["verdict"] == "error":
+            assert any(c["rule"] == "error" for c in causes), s["id"]
+        for v in s["violations"] if s["verdict"] == "fail" else []:
+            assert any(c["rule"] == v["rule"] and c["where"] == v.get("where", "")
+                       for c in causes), (s["id"], v)
 
 
 def run_json(*args: str) -> tuple[int, dict[str, dict[str, Any]], dict[str, int], str]:

@@ -5,6 +5,7 @@ JSON report (``--json -`` and ``--json FILE``), ``-k``, ``--jobs``, ``--impl`` /
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -27,8 +28,23 @@ def test_exit_1_and_the_first_violation_in_the_table(kvreg_cli, spec_of) -> None
     proc = kvreg_cli("run", "--impl", spec_of("byte_offset_seams"), "--trace",
                      "-k", f"{MLA}/above-limit")
     assert proc.returncode == 1, proc.stderr
-    row = proc.stdout.splitlines()[0]
-    assert row.startswith(f"{MLA}/above-limit ") and " FAIL " in row
+    lines = proc.stdout.splitlines()
+    # the causes block leads: how many scenarios, the rule, where in the implementation
+    # (path:line as the user opens it) with that line's source, then an example
+    path = spec_of("byte_offset_seams").rpartition(":")[0]
+    assert lines[0].startswith("causes (")
+    head = next(line for line in lines if "[transfer-failed]" in line)
+    m = re.fullmatch(r" +(\d+) scenario\(s\)  \[([a-z-]+)\]  (.+?):(\d+): (.+)", head)
+    assert m is not None, head
+    count, rule, file, line, source = m.groups()
+    assert count == "1" and rule == "transfer-failed"
+    assert Path(file).resolve() == Path(path).resolve()
+    assert source.strip() == Path(path).read_text().splitlines()[int(line) - 1].strip()
+    assert "cudaHostRegister" in source
+    example = lines[lines.index(head) + 1]
+    assert example.startswith(f"        e.g. {MLA}/above-limit: page 238 of kv_buffer")
+    row = next(line for line in lines if line.startswith(f"{MLA}/above-limit "))
+    assert " FAIL " in row
     assert "page 238 of kv_buffer" in row and "spans registrations at offset 1073741824" in row
     # --trace prints the recorded calls of the failure, indented under its row
     assert "\n    " in proc.stdout and "cudaHostRegister" in proc.stdout

@@ -55,7 +55,7 @@ def test_example_passes(style: str, sid: str, by_id) -> None:  # type: ignore[no
     assert result.verdict == "pass", result.violations
     if result.calls:
         face = "ctypes" if style == "ctypes" else "driver"
-        assert f"#0 {face}." in result.trace_text or f" {face}." in result.trace_text
+        assert f"#1 {face}." in result.trace_text or f" {face}." in result.trace_text
 
 
 @pytest.mark.parametrize("style", sorted(DOORS))

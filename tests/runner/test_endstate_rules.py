@@ -172,7 +172,7 @@ def test_masked_error_is_caught_by_error_reported(by_id, load_impl) -> None:
                           "incompatible function arguments.")
     assert "from masked_error.py:" in msg and "cudart.cudaGetErrorString(int(rc))" in msg
     assert ("instead of reporting cudaErrorMemoryAllocation (2, out of memory) returned by "
-            "cudaHostRegister(kv_buffer+0x0, 1070383104) (call #0)") in msg
+            "cudaHostRegister(kv_buffer+0x0, 1070383104) (call #1)") in msg
     control = _run(by_id, load_impl, "masked_error", "sglang", f"{MLA}/above-limit")
     assert control.verdict == "pass", control.violations
 
@@ -193,7 +193,7 @@ def test_an_error_without_the_code_is_named(tmp_path: Path, by_id) -> None:
     assert result.first_violation == (
         "register() of kv_buffer raised RuntimeError: could not pin the host pool, which does "
         "not name cudaErrorMemoryAllocation (2, out of memory) returned by "
-        "cudaHostRegister(kv_buffer+0x0, 1070383104) (call #0): say the failing code, its name "
+        "cudaHostRegister(kv_buffer+0x0, 1070383104) (call #1): say the failing code, its name "
         "or its string")
 
 

@@ -1,0 +1,218 @@
+"""Where in the code under test each violation happened: call sites and raise sites.
+
+Measured in the worker, where the code runs (a report built later has only text): every
+runtime call the trace records is given the innermost frame of the code under test that
+made it, every exception the implementation's register or teardown raises the innermost
+frame of the implementation's file in its traceback. kvreg's own code (fakes, harness,
+realhw), the standard library and the runtime bindings (torch, cuda-python) are skipped:
+they are not what a user can change. A violation then gets the site its rule is about
+(:func:`locate`): the bad call, the raise, or the function that left the bad state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import linecache
+import os
+import sys
+import sysconfig
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from .progress import Progress
+from .result import Violation
+
+if TYPE_CHECKING:
+    from .adapters import Implementation
+
+__all__ = ["CALL_RULES", "RAISE_RULES", "CallSites", "Site", "display_path", "locate"]
+
+# rules whose violation's ``seq`` is the call that broke them: the site is that call's
+CALL_RULES = frozenset({"register-size-zero", "range-outside-buffer", "chunk-over-limit",
+                        "mr-over-limit", "error-swallowed", "unregister-not-a-live-base",
+                        "rejected-too-late", "recovered"})
+# rules about what register raised (or did not undo before raising): the raise's site
+RAISE_RULES = frozenset({"error-reported", "unexpected-error", "rejected-wrong-error",
+                         "not-rolled-back"})
+# rules about what teardown did or raised: the teardown's site
+TEARDOWN_RULES = frozenset({"teardown-raised", "leak"})
+
+_ROOT = Path(__file__).resolve().parents[2]       # the kvreg package
+_OWN = tuple(str(_ROOT / d) + os.sep for d in ("fakes", "harness", "realhw"))
+_STDLIB = tuple({str(Path(sysconfig.get_paths()[k]).resolve()) + os.sep
+                 for k in ("stdlib", "platstdlib")})
+_BINDINGS = (f"{os.sep}torch{os.sep}", f"{os.sep}cuda{os.sep}bindings{os.sep}",
+             f"{os.sep}pyverbs{os.sep}", f"{os.sep}_pytest{os.sep}", f"{os.sep}pluggy{os.sep}")
+
+
+@dataclass(frozen=True)
+class Site:
+    """One line of the code under test."""
+
+    path: str
+    line: int
+
+    @property
+    def where(self) -> str:
+        return f"{display_path(self.path)}:{self.line}"
+
+    @property
+    def code(self) -> str:
+        return linecache.getline(self.path, self.line).strip()
+
+
+def display_path(path: str) -> str:
+    """``path`` as the user would open it: relative to the current folder when inside it."""
+    try:
+        return os.path.relpath(path) if Path(path).resolve().is_relative_to(Path.cwd()) \
+            else path
+    except (OSError, ValueError):
+        return path
+
+
+@functools.cache
+def _foreign(filename: str) -> bool:
+    """Whether a frame of ``filename`` is not the user's: kvreg's, the stdlib's, a binding's."""
+    if filename.startswith("<"):
+        return True
+    path = os.path.realpath(filename)
+    return (path.startswith(_OWN) or path.startswith(_STDLIB)
+            or any(b in path for b in _BINDINGS))
+
+
+def _innermost(frames: Sequence[tuple[str, int]], prefer: frozenset[str]) -> Site | None:
+    """The innermost frame in one of ``prefer``'s files, else the innermost user frame."""
+    for filename, line in reversed(frames):
+        if os.path.realpath(filename) in prefer:
+            return Site(filename, line)
+    for filename, line in reversed(frames):
+        if not _foreign(filename):
+            return Site(filename, line)
+    return None
+
+
+def _def_site(fn: Callable[..., Any] | None) -> Site | None:
+    code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
+    if code is None or _foreign(code.co_filename):
+        return None
+    return Site(code.co_filename, code.co_firstlineno)
+
+
+class CallSites:
+    """The sites of one run: each recorded call's, and each raise of register / teardown."""
+
+    def __init__(self, impl: Implementation) -> None:
+        self.impl = impl
+        self.calls: dict[int, Site] = {}
+        self.last_register: Site | None = None     # the last registration call's site
+        self.raises: dict[str, list[Site]] = {"register": [], "teardown": []}
+        self.files = frozenset(os.path.realpath(s.path) for s in
+                               (_def_site(impl.register_fn), _def_site(impl.teardown_fn))
+                               if s is not None)
+
+    def wrap(self) -> Implementation:
+        """``impl`` with register and teardown that note where they raised (then re-raise)."""
+        impl = self.impl
+        return dataclasses.replace(
+            impl, register_fn=self._noting(impl.register_fn, "register"),
+            teardown_fn=self._noting(impl.teardown_fn, "teardown"))
+
+    def _noting(self, fn: Callable[..., Any] | None, phase: str) -> Callable[..., Any] | None:
+        if fn is None:
+            return None
+        raises = self.raises[phase]
+        files = self.files
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except BaseException as exc:
+                frames = [(f.filename, f.lineno or 0)
+                          for f in traceback.extract_tb(exc.__traceback__)]
+                site = _innermost(frames, files)
+                if site is not None:
+                    raises.append(site)
+                raise
+        return call
+
+    def progress(self, inner: Progress) -> Progress:
+        """A progress sink that also notes the call site of every call the trace records."""
+        return _Noting(inner, self)
+
+    def note_call(self, trace: Any, frame: FrameType | None) -> None:
+        n = len(trace)
+        if not n:
+            return
+        while frame is not None and _foreign(frame.f_code.co_filename):
+            frame = frame.f_back
+        if frame is not None:
+            entry = trace[n - 1]
+            site = Site(frame.f_code.co_filename, frame.f_lineno)
+            self.calls[int(entry.seq)] = site
+            api = str(entry.api).lower()
+            if ("register" in api and "unregister" not in api) or api == "reg_mr":
+                self.last_register = site
+
+    def site_for(self, v: Violation) -> Site | None:
+        """The site a violation of ``v.rule`` is about (None when none is known)."""
+        register_def = _def_site(self.impl.register_fn)
+        teardown_def = _def_site(self.impl.teardown_fn)
+        if v.rule in CALL_RULES:
+            return self.calls.get(v.seq) or register_def
+        if v.rule in RAISE_RULES:
+            raised = self.raises["register"]
+            return raised[-1] if raised else register_def
+        if v.rule == "teardown-raised":
+            raised = self.raises["teardown"]
+            return raised[0] if raised else teardown_def
+        if v.rule == "leak" or (v.rule == "error-pending" and "after teardown" in v.message):
+            return teardown_def
+        if v.rule == "call-budget" and self.calls:
+            return self.calls[max(self.calls)]
+        # the end state register left (gaps, seams, copies across seams): the registration
+        # call that chose the chunks, else the register function
+        return self.last_register or register_def
+
+
+class _Noting(Progress):
+    """Delegates to the run's own progress; wraps the trace's observer to note call sites."""
+
+    def __init__(self, inner: Progress, sites: CallSites) -> None:
+        super().__init__()
+        self.inner = inner
+        self.sites = sites
+
+    def step(self, what: str, buffer: str | None = None) -> None:
+        self.inner.step(what, buffer)
+
+    def watch(self, trace: Any) -> None:
+        self.inner.watch(trace)
+        counted = trace.observer
+        note = self.sites.note_call
+        getframe = sys._getframe
+
+        def seen(api: str) -> None:
+            if counted is not None:
+                counted(api)
+            note(trace, getframe(1))
+
+        trace.observer = seen
+
+    def calls(self) -> list[tuple[str, int]]:
+        return self.inner.calls()
+
+
+def locate(violations: Sequence[Violation], sites: CallSites) -> list[Violation]:
+    """Each violation with the ``where`` and ``code`` of its site (kept when already set)."""
+    out = []
+    for v in violations:
+        site = None if v.where else sites.site_for(v)
+        out.append(dataclasses.replace(v, where=site.where, code=site.code)
+                   if site is not None else v)
+    return out
