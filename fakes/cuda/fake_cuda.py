@@ -23,6 +23,7 @@ from ..recorder import Intercepted, Trace
 from . import errors as E
 from .ctypes_face import LIBCUDART_NAME, CtypesCudartFace, FakeCudartLibrary, is_libcudart
 from .cuda_driver import FakeDriver
+from .cuda_machine import looks_like_cuda
 from .cuda_python_face import OUTPUTS, CudaBindingsFace
 from .cuda_runtime import FakeRuntime
 from .driver_face import DRIVER_OUTPUTS, RUNTIME_TWINS, CudaDriverFace
@@ -154,9 +155,12 @@ class FakeCuda:
 
     # -- activation -----------------------------------------------------------------------------
     @contextmanager
-    def patch(self, *, torch: bool = True, cuda_bindings: bool = True) -> Iterator[FakeCuda]:
+    def patch(self, *, torch: bool = True, cuda_bindings: bool = True,
+              cuda_machine: bool = False) -> Iterator[FakeCuda]:
         """For the block, ``torch.cuda.cudart()``, ``cuda.bindings.runtime`` / ``.driver`` and
-        libcudart loaded through ctypes reach this fake (other libraries load normally)."""
+        libcudart loaded through ctypes reach this fake (other libraries load normally).
+        ``cuda_machine=True`` also makes ``torch.version.cuda`` and torch's device queries
+        answer as the profile (:mod:`kvreg.fakes.cuda_machine`)."""
         with ExitStack() as stack:
             stack.enter_context(patch_ctypes_cudart(
                 self.load_libcudart, is_cudart=is_libcudart, soname=self.libcudart_soname))
@@ -167,4 +171,6 @@ class FakeCuda:
                 stack.enter_context(patch_cuda_bindings(
                     self.runtime, legacy=self.profile.bindings_major == 12,
                     driver=self.driver_api))
+            if cuda_machine:
+                stack.enter_context(looks_like_cuda(self.profile))
             yield self

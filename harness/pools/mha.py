@@ -24,6 +24,7 @@ from .base import (
     extents_from_slots,
     regions_in_order,
 )
+from .page_unified import PAGE_UNIFIED, PageBlock
 
 __all__ = ["AsymmetricMHAGeometry", "KOnlyMHAGeometry", "MHAGeometry"]
 
@@ -97,7 +98,8 @@ class MHAGeometry(_MHABase):
     §2.1).
 
     G = P*layout_dim for page_first and page_first_direct; None (one call) for layer_first and
-    page_head, which #36798 does not cover.
+    page_head, which #36798 does not cover. page_unified (SGLang 0.5.23) is one page block per
+    page holding K and V of ``head_group_num`` head groups, G = the block (docs/pools.md §2.11).
     """
 
     pool_type = "mha"
@@ -111,6 +113,7 @@ class MHAGeometry(_MHABase):
         dtype: DType | str | object,
         page_size: int,
         page_num: int,
+        head_group_num: int = 1,
     ) -> None:
         super().__init__(
             layout,
@@ -120,9 +123,16 @@ class MHAGeometry(_MHABase):
             dtype,
             page_size,
             page_num,
-            (LAYER_FIRST, PAGE_FIRST, PAGE_FIRST_DIRECT, PAGE_HEAD),
-            "docs/pools.md §2.1",
+            (LAYER_FIRST, PAGE_FIRST, PAGE_FIRST_DIRECT, PAGE_HEAD, PAGE_UNIFIED),
+            "docs/pools.md §2.1, §2.11",
         )
+        self.head_group_num = check_positive_int("head_group_num", head_group_num)
+        if self.head_group_num != 1 and self.layout != PAGE_UNIFIED:
+            raise GeometryError(f"head_group_num applies to layout page_unified only, got "
+                                f"{self.head_group_num} with {self.layout} (docs/pools.md §2.11)")
+        self.block = (PageBlock(self.page_size, self.layer_num, self.head_num,
+                                self.head_group_num, self.head_dim, self._b)
+                      if self.layout == PAGE_UNIFIED else None)
         self.token_stride_size = self.head_num * self.head_dim * self._b
         self.layout_dim = self._layout_dim(self.head_dim)
         self.page_bytes = self.page_size * self.layout_dim  # one page of one half
@@ -132,6 +142,12 @@ class MHAGeometry(_MHABase):
     def _kv_buffer(self) -> BufferSpec:
         slab = self._layer_slab(self.head_dim)
         regions: tuple[Region, ...]
+        if self.block is not None:
+            # page_unified: the page_unified transfer kernels address whole page blocks, and an
+            # L3 chunk is one run inside a block (docs/pools.md §2.11): the unit is the block.
+            unit = self.block.bytes_per_page
+            return BufferSpec("kv_buffer", self.block.dims(self.page_num), self.dtype, unit,
+                              unit, regions_in_order(("pages", self.page_num * unit)))
         if self.layout == LAYER_FIRST:
             # Direct io (transfer_kv_direct, docs/pools.md §5.2) copies runs of consecutive tokens
             # per
@@ -152,9 +168,21 @@ class MHAGeometry(_MHABase):
         return self._buffers
 
     def params(self) -> dict[str, Any]:
-        return self._common_params()
+        params = self._common_params()
+        if self.block is not None:
+            params["head_group_num"] = self.head_group_num
+        return params
+
+    @property
+    def has_page_meta(self) -> bool:
+        # 0.5.23's get_page_buffer_meta raises "Unsupported layout" for page_unified (§2.11)
+        return self.block is None
 
     def derived(self) -> dict[str, Any]:
+        if self.block is not None:
+            return {"size": self.size, "size_per_token": 2 * self.layout_dim,
+                    "page_block_bytes": self.block.bytes_per_page,
+                    "group_bytes": self.block.group_bytes}
         return {
             "size": self.size,
             "size_per_token": 2 * self.layout_dim,  # H*D*L*b*2 (docs/pools.md §2.1)

@@ -18,6 +18,7 @@ from ._checks import (
     check_positive_int,
 )
 from .base import BufferSpec, PoolGeometry, Slot, regions_in_order
+from .page_unified import PAGE_UNIFIED, PageBlock
 
 __all__ = ["MLAGeometry", "MLAKVSplitGeometry"]
 
@@ -31,8 +32,9 @@ class MLAGeometry(PoolGeometry):
     """MLATokenToKVPoolHost with C = override_kv_cache_dim or kv_lora_rank + qk_rope_head_dim.
 
     One buffer; G = P*layout_dim = P*L*C*b for page_first and page_first_direct (both, after the
-    PR #26691 review crash), None for layer_first (docs/pools.md §2.4). page_first_kv_split is a
-    different buffer set: use pool type "mla_kv_split".
+    PR #26691 review crash), None for layer_first (docs/pools.md §2.4). page_unified (SGLang
+    0.5.23) has page_first_direct's bytes as (N, L, P, C) with the same G (§2.11).
+    page_first_kv_split is a different buffer set: use pool type "mla_kv_split".
     """
 
     pool_type = "mla"
@@ -51,8 +53,8 @@ class MLAGeometry(PoolGeometry):
         self.layout = check_layout(
             self.pool_type,
             layout,
-            (LAYER_FIRST, PAGE_FIRST, PAGE_FIRST_DIRECT),
-            "docs/pools.md §2.4; page_first_kv_split is pool type mla_kv_split",
+            (LAYER_FIRST, PAGE_FIRST, PAGE_FIRST_DIRECT, PAGE_UNIFIED),
+            "docs/pools.md §2.4, §2.11; page_first_kv_split is pool type mla_kv_split",
         )
         self.layer_num = check_positive_int("layer_num", layer_num)
         self.kv_lora_rank = check_positive_int("kv_lora_rank", kv_lora_rank)
@@ -87,7 +89,12 @@ class MLAGeometry(PoolGeometry):
                 regions_in_order(*[(f"layer {i}", self.layer_slab) for i in range(L)]),
             )
         else:
-            shape = (S, L, 1, C) if self.layout == PAGE_FIRST else (N, L, P, 1, C)
+            if self.layout == PAGE_UNIFIED:
+                # checks the 16-byte row rule; the block is exactly one page (docs/pools.md §2.11)
+                block = PageBlock(P, L, 1, 1, C, int(self.dtype.itemsize), is_mla=True)
+                shape = block.dims(N)
+            else:
+                shape = (S, L, 1, C) if self.layout == PAGE_FIRST else (N, L, P, 1, C)
             buf = BufferSpec(
                 "kv_buffer",
                 shape,
@@ -101,6 +108,11 @@ class MLAGeometry(PoolGeometry):
     @property
     def page_count(self) -> int:
         return self.page_num
+
+    @property
+    def has_page_meta(self) -> bool:
+        # 0.5.23's get_page_buffer_meta raises "Unsupported layout" for page_unified (§2.11)
+        return self.layout != PAGE_UNIFIED
 
     def buffers(self) -> tuple[BufferSpec, ...]:
         return self._buffers

@@ -30,6 +30,9 @@ MARKERS = {
                  "--kvreg-require-hw)",
     "kvreg_rdma": "kvreg_rdma: needs a real RDMA device (skipped without one unless "
                   "--kvreg-require-hw)",
+    "kvreg_cuda_machine": "kvreg_cuda_machine: under fake_cudart, torch.version.cuda, "
+                          "torch.cuda.is_available() and device_count() answer as the "
+                          "device profile, so code that gates on them takes its GPU path",
     "kvreg_mooncake": "kvreg_mooncake(profile): the Mooncake profile fake_mooncake emulates "
                       "('released' or 'head'; default 'released')",
 }
@@ -49,6 +52,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kvreg-profile", default=None,
                     help="device profile for the fakes (default: ini kvreg_profile or "
                          "h200-r580)")
+    group.addoption("--kvreg-cuda-machine", action="store_true", default=False,
+                    help="every fake_cudart also answers torch's CUDA queries (torch.version."
+                         "cuda, is_available, device_count) as its profile, as the "
+                         "kvreg_cuda_machine marker does")
     group.addoption("--kvreg-require-hw", action="store_true", default=False,
                     help="fail, instead of skip, tests whose hardware is missing")
     group.addoption("--kvreg-scenarios", action="append", default=None, metavar="PATH",
@@ -131,8 +138,10 @@ def fake_cudart(request: pytest.FixtureRequest) -> Iterator[FakeCuda]:
     one; ``inject(api, nth=, error=)`` arms a failing call; ``live_registrations()``,
     ``trace`` (``trace.codes(api)``, ``trace.format()``) and ``leak_report()`` show what
     happened. Device profile: ``@pytest.mark.kvreg_profile("wsl2")``, ``--kvreg-profile`` or
-    ini ``kvreg_profile`` (default h200-r580). The test fails if registrations are still
-    live at its end, unless it is marked ``kvreg_allow_leaks``.
+    ini ``kvreg_profile`` (default h200-r580). ``@pytest.mark.kvreg_cuda_machine`` (or
+    ``--kvreg-cuda-machine``) makes ``torch.version.cuda`` and torch's device queries answer
+    as that profile too. The test fails if registrations are still live at its end,
+    unless it is marked ``kvreg_allow_leaks``.
     """
     from kvreg.fakes.cuda.fake_cuda import FakeCuda
 
@@ -141,7 +150,9 @@ def fake_cudart(request: pytest.FixtureRequest) -> Iterator[FakeCuda]:
     fake = FakeCuda(profile)
     fakes: list[Any] = request.node.__dict__.setdefault(_FAKES_ATTR, [])
     fakes.append(fake)
-    with fake.patch():
+    machine = (request.node.get_closest_marker("kvreg_cuda_machine") is not None
+               or bool(request.config.getoption("--kvreg-cuda-machine")))
+    with fake.patch(cuda_machine=machine):
         yield fake
 
 
