@@ -13,7 +13,7 @@ points: ``mooncake.setup``, ``mooncake.register_buffer``, ``mooncake.unregister_
 from __future__ import annotations
 
 from .config import MooncakeHostMemAllocator, ReplicateConfig
-from .errors import ErrorCode, TeError
+from .errors import ErrorCode, StoreCrash, TeError
 from .fake import Cluster, FakeMooncake, LiveBuffer
 from .profiles import STORE_PROFILES, StoreProfile, get_store_profile
 from .store import MooncakeDistributedStore
@@ -21,5 +21,5 @@ from .transfer_engine import FakeTransferEngine, store_slices, te_slices
 
 __all__ = ["STORE_PROFILES", "Cluster", "ErrorCode", "FakeMooncake", "FakeTransferEngine",
            "LiveBuffer", "MooncakeDistributedStore", "MooncakeHostMemAllocator",
-           "ReplicateConfig", "StoreProfile", "TeError", "get_store_profile", "store_slices",
+           "ReplicateConfig", "StoreCrash", "StoreProfile", "TeError", "get_store_profile", "store_slices",
            "te_slices"]

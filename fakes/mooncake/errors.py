@@ -12,7 +12,13 @@ from typing import Any
 
 from ..faults import register_points
 
-__all__ = ["MOONCAKE_POINTS", "ErrorCode", "TeError", "error_name"]
+__all__ = ["MOONCAKE_POINTS", "ErrorCode", "StoreCrash", "TeError", "error_name"]
+
+
+class StoreCrash(RuntimeError):
+    """A call the real store answers with a segfault (SIGSEGV): the binding dereferences
+    its null client before ``setup()`` or after ``close()`` (docs/mooncake-verbs.md §7,
+    checked on 0.3.13.post1). The fake raises this so such code is caught, not handled."""
 
 
 class ErrorCode(enum.IntEnum):

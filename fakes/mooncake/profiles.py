@@ -1,6 +1,8 @@
 """Mooncake behaviour profiles: ``released`` (≤ v0.3.12.post1) and ``head`` (§1.6, §6.1).
 
-Released versions reject a ``register_buffer`` above the MR limit with -600 for every
+``v0.3.13`` is the version the ``mooncake-real`` tier runs (the PyPI wheel
+0.3.13.post1); its store-level fields are checked against the real store on every CI run
+(kvreg.realhw.mooncake_profile). Released versions reject a ``register_buffer`` above the MR limit with -600 for every
 protocol and need every transfer slice inside one registration (a straddling slice fails
 the transfer with TRANSFER_FAIL). HEAD splits big registrations into ≤ max_mr_size MRs
 itself and splits slices at MR seams, so straddling works. Points the spec marks
@@ -64,6 +66,25 @@ class StoreProfile:
     # §1.3 [verified in an SGLang test comment]: duplicate keys in one batch alias silently.
     # [uncertain] which occurrence wins: "last" (a later map insert overwrites) by default
     duplicate_key_winner: Literal["last", "first"] = "last"
+    # Checked against the real store (0.3.13.post1 over tcp, docs/mooncake-verbs.md §7):
+    # calls that dereference the store's client before setup()/after close() segfault the
+    # process; True makes the fake raise StoreCrash there instead of returning a code
+    crashes_without_client: bool = True
+    # §7: a read (get_into, get, is_exist, get_size, the batch reads) grants the object a
+    # lease of the master's --default_kv_lease_ttl (default 10000 ms); remove() of a leased
+    # object returns -706 OBJECT_HAS_LEASE and keeps it, remove_all() skips it (force: no)
+    reads_take_lease: bool = True
+    default_kv_lease_ttl_ms: int = 10000
+    # §7: setup() on a set-up store returns 0 and replaces the client (the old one is torn
+    # down: its segment, and the objects in it, are gone)
+    resetup_replaces_client: bool = True
+    # §7: objects live in the mounted global segments: closing the client whose segment
+    # holds them drops them; with no segment mounted anywhere a put fails with -200
+    # NO_AVAILABLE_HANDLE (unless the deployment has other nodes, Cluster.external_segments)
+    objects_live_in_segments: bool = True
+    # §7: a setup_dummy client (backed by a standalone mooncake_client) refuses memory
+    # outside the client's shared memory: register_buffer -1, put_from/get_into -600
+    dummy_refuses_process_memory: bool = True
     notes: Mapping[str, str] = field(default_factory=dict)
 
     def replace(self, **changes: Any) -> StoreProfile:
@@ -79,6 +100,15 @@ _PROFILES = [
         "released", "v0.3.12.post1",
         "Released Mooncake (v0.3.11 ... v0.3.12.post1): the store rejects a buffer above the "
         "MR limit with -600; a slice straddling two registrations fails with -800"),
+    StoreProfile(
+        "v0.3.13", "v0.3.13.post1",
+        "Mooncake 0.3.13.post1, the PyPI wheel the mooncake-real tier checks the fake "
+        "against (tcp on loopback); MR-limit fields as released [uncertain: not checkable "
+        "without an RDMA NIC]",
+        notes={"checked": "store codes, leases, re-setup, segments, dummy client: against "
+                          "the real store over tcp (tests/mooncake_real)",
+               "mr_limit": "store_limit_protocols, te_splits_mrs, slices_split_at_mr_seams "
+                           "are the released values, not checked (need an RDMA NIC)"}),
     StoreProfile(
         "head", "3b5a594 (2026-08-22)",
         "Mooncake HEAD: the transfer engine splits big registrations into MRs and splits "

@@ -18,7 +18,7 @@ from ..verbs.enums import ibv_access_flags as F
 from ..verbs.node import Nic, Node
 from .config import ReplicateConfig
 from .deployment import Cluster, Deployment, StoredObject
-from .errors import ErrorCode
+from .errors import ErrorCode, StoreCrash
 from .transfer_engine import FakeTransferEngine
 
 __all__ = ["Client", "Session", "StoredObject", "atoll"]
@@ -27,6 +27,17 @@ OK = 0
 INVALID = int(ErrorCode.INVALID_PARAMS)
 NOT_FOUND = int(ErrorCode.OBJECT_NOT_FOUND)
 TRANSFER_FAIL = int(ErrorCode.TRANSFER_FAIL)
+HAS_LEASE = int(ErrorCode.OBJECT_HAS_LEASE)
+NO_HANDLE = int(ErrorCode.NO_AVAILABLE_HANDLE)
+# §7: what a dummy client's register_buffer returns for memory outside its shared memory
+DUMMY_REGISTER = -1
+# §7 (checked on 0.3.13.post1, tests/mooncake_real/test_crashes.py): these calls segfault
+# the real process before setup()/after close(); put_from (-600), get (b""),
+# batch_put_from_multi_buffers ([]), close (0) and health_check (1) check first
+CRASHING = frozenset({
+    "register_buffer", "unregister_buffer", "is_exist", "batch_is_exist", "remove",
+    "batch_remove", "remove_all", "remove_by_regex", "get_size", "get_into", "put",
+    "batch_put_from", "batch_get_into", "batch_get_into_multi_buffers"})
 PROTOCOLS = ("rdma", "tcp", "efa", "cxi")
 Parts = Sequence[tuple[int, int]]
 
@@ -43,6 +54,7 @@ class Client:
     buffers: dict[int, int] = field(default_factory=dict)   # registered_buffer_sizes_
     internal: list[int] = field(default_factory=list)       # segments, local buffer
     reserved: list[int] = field(default_factory=list)       # virtual memory setup reserved
+    dummy: bool = False                                     # setup_dummy (§7)
 
 
 def atoll(text: str | None) -> int:
@@ -85,6 +97,29 @@ class Session:
         self._record(api, args, code, injected)
         return code
 
+    def no_client(self, api: str) -> int:
+        """A call without a client: the real crash, made loud (§7), or INVALID_PARAMS."""
+        if self.fake.profile.crashes_without_client and api in CRASHING:
+            raise StoreCrash(f"{api}() before setup() or after close(): the real "
+                             "MooncakeDistributedStore segfaults here (SIGSEGV: it "
+                             "dereferences its null client; docs/mooncake-verbs.md §7)")
+        return self._done(api, (), INVALID)
+
+    def lease(self, c: Client, obj: StoredObject) -> None:
+        """§7: a read grants the object a lease of default_kv_lease_ttl."""
+        if self.fake.profile.reads_take_lease:
+            until = c.cluster.clock() + self.fake.profile.default_kv_lease_ttl_ms / 1000
+            obj.lease_until = max(obj.lease_until, until)
+
+    def lookup(self, key: str) -> StoredObject | None:
+        """The object, leased by this read (§7); None on a miss."""
+        c = self.client
+        assert c is not None
+        obj = c.cluster.objects.get(key)
+        if obj is not None:
+            self.lease(c, obj)
+        return obj
+
     # -- setup / close ----------------------------------------------------------------------
     def setup(self, *args: Any, **kwargs: Any) -> int:
         try:
@@ -95,6 +130,11 @@ class Session:
         return self._setup(str(a["local_hostname"]), int(a["global_segment_size"]),
                            int(a["local_buffer_size"]), str(a["protocol"]),
                            str(a["rdma_devices"]), str(a["master_server_addr"]))
+
+    def setup_dummy(self, server_address: str) -> int:
+        """A client backed by a standalone ``mooncake_client`` (§7): tcp, no devices, and
+        process memory outside its shared memory is refused."""
+        return self._setup("dummy", 0, 0, "tcp", "", server_address, dummy=True)
 
     def setup_from_dict(self, config: Mapping[str, Any]) -> int:
         """The dict overload: values are stringified; two keys are required (§1.2)."""
@@ -118,15 +158,19 @@ class Session:
         return [self.node.nics[n] for n in names]
 
     def _setup(self, hostname: str, gseg: int, lbuf: int, protocol: str, rdma_devices: str,
-               master: str) -> int:
+               master: str, *, dummy: bool = False) -> int:
         args = (hostname, gseg, lbuf, protocol, rdma_devices, master)
         injected = self._fault("setup", "setup", args)
         if injected is not None:
             return self._done("setup", args, injected, True)
         profile = self.fake.profile
         devices = self._devices(protocol, rdma_devices)
-        if self.client is not None or protocol not in PROTOCOLS or devices is None:
+        if protocol not in PROTOCOLS or devices is None:
             return self._done("setup", args, INVALID)
+        if self.client is not None:
+            if not profile.resetup_replaces_client:
+                return self._done("setup", args, INVALID)
+            self._teardown()   # §7: the new client replaces the old one [inferred: order]
         env = self.fake.env()
         # §1.6: 1 TiB, or MC_MAX_MR_SIZE (v0.3.11+, atoll, > 0 only), lowered to every opened
         # device's max_mr_size (no device with tcp)
@@ -141,7 +185,7 @@ class Session:
         if store_limit and lbuf > limit:
             return self._done("setup", args, INVALID)
         te = FakeTransferEngine(self.node, devices, profile, limit, slice_size)
-        client = Client(hostname, protocol, te, self.fake.cluster(master), limit)
+        client = Client(hostname, protocol, te, self.fake.cluster(master), limit, dummy=dummy)
         seg_access = int(F.IBV_ACCESS_LOCAL_WRITE | F.IBV_ACCESS_REMOTE_WRITE |
                          F.IBV_ACCESS_REMOTE_READ) | self._ro()
         pieces: list[tuple[int, int, int]] = []
@@ -163,6 +207,8 @@ class Session:
                 self._release(client)
                 return self._done("setup", args, INVALID)
             client.internal.append(addr)
+        if gseg > 0:
+            client.cluster.segments.append(client)
         self.client = client
         return self._done("setup", args, OK)
 
@@ -179,27 +225,37 @@ class Session:
 
     def close(self) -> int:
         """tearDownAll: every registration (user buffers, segments) is unregistered."""
-        c = self.client
-        if c is None:
+        if self.client is None:
             return self._done("close", (), OK)
+        return self._done("close", (), OK if self._teardown() else INVALID)
+
+    def _teardown(self) -> bool:
+        """Unregister everything, unmount the segment (its objects go, §7), drop the client."""
+        c = self.client
+        assert c is not None
         failed = False
         for base in [*c.buffers, *c.internal]:
             failed |= c.te.unregister(base) != 0
         c.buffers.clear()
         c.internal.clear()
         self._release(c)
+        if self.fake.profile.objects_live_in_segments:
+            c.cluster.drop_segment(c)
         self.client = None
-        return self._done("close", (), INVALID if failed else OK)
+        return not failed
 
     # -- registration -------------------------------------------------------------------------
     def register_buffer(self, ptr: int, size: int) -> int:
         args = (ptr, size)
         c = self.client
         if c is None:
-            return self._done("register_buffer", args, INVALID)
+            return self.no_client("register_buffer")
         injected = self._fault("register_buffer", "register_buffer", args)
         if injected is not None:
             return self._done("register_buffer", args, injected, True)
+        if c.dummy and self.fake.profile.dummy_refuses_process_memory:
+            # §7: "not in any registered shared memory" (the fake models no shm)
+            return self._done("register_buffer", args, DUMMY_REGISTER)
         # §1.5 step 2 (CheckRegisterMemoryParams): null, zero length, the size limit (§1.6)
         if ptr == 0 or size == 0:
             return self._done("register_buffer", args, INVALID)
@@ -215,7 +271,7 @@ class Session:
         args = (ptr,)
         c = self.client
         if c is None:
-            return self._done("unregister_buffer", args, INVALID)
+            return self.no_client("unregister_buffer")
         injected = self._fault("unregister_buffer", "unregister_buffer", args)
         if injected is not None:
             return self._done("unregister_buffer", args, injected, True)
@@ -239,7 +295,7 @@ class Session:
         args = (key, *parts[0]) if parts is not None and len(parts) == 1 else (key, size)
         c = self.client
         if c is None:
-            return self._done(api, args, INVALID)
+            return self.no_client(api)
         if parts is not None and not parts:
             return self._done(api, args, INVALID)   # [inferred] ptr/size lists of one key differ
         if size == 0:
@@ -249,25 +305,44 @@ class Session:
         injected = self._fault("put", api, args)
         if injected is not None:
             return self._done(api, args, injected, True)
+        if parts is not None and c.dummy and self.fake.profile.dummy_refuses_process_memory:
+            return self._done(api, args, INVALID)   # §7: not in the client's shared memory
         if key in c.cluster.objects:
             return self._done(api, args, OK)    # §1.3: OBJECT_ALREADY_EXISTS -> 0, no rewrite
+        owner = self._placement(c)
+        if owner is NO_SPACE:
+            return self._done(api, args, NO_HANDLE)  # §7: no segment mounted anywhere
         if parts is not None:
             if not self._transfer_ok(c, parts):
                 return self._done(api, args, TRANSFER_FAIL)
             data = _read_parts(self.node, parts)
             size = sum(n for _, n in parts)
-        c.cluster.objects[key] = StoredObject(size, data)
+        c.cluster.objects[key] = StoredObject(size, data, owner)
         return self._done(api, args, OK)
+
+    def _placement(self, c: Client) -> object | None:
+        """The client whose segment takes a new object: this one's if it mounted one, else
+        the first mounted (the real master picks at random among several: a named
+        divergence); None for another node's, NO_SPACE when there is none (§7)."""
+        if not self.fake.profile.objects_live_in_segments:
+            return None
+        if c in c.cluster.segments:
+            return c
+        if c.cluster.segments:
+            return c.cluster.segments[0]
+        return None if c.cluster.external_segments else NO_SPACE
 
     def get_one(self, key: str, parts: Parts, api: str = "get_into") -> int:
         args = (key, *(parts[0] if parts else ()))
         c = self.client
         if c is None:
-            return self._done(api, args, INVALID)
+            return self.no_client(api)
         injected = self._fault("get", api, args)
         if injected is not None:
             return self._done(api, args, injected, True)
-        obj = c.cluster.objects.get(key)
+        if c.dummy and self.fake.profile.dummy_refuses_process_memory:
+            return self._done(api, args, INVALID)   # §7 [inferred: before the lookup]
+        obj = self.lookup(key)
         if obj is None:
             return self._done(api, args, NOT_FOUND)
         if not parts or sum(n for _, n in parts) < obj.size:
@@ -299,7 +374,7 @@ class Session:
         if multi:
             api += "_multi_buffers"
         if self.client is None:
-            self._record(api, (len(keys),), INVALID)
+            self.no_client(api)
             return [INVALID] * len(keys)
         winner: dict[str, int] = {}
         for i, k in enumerate(keys):
@@ -318,32 +393,38 @@ class Session:
         c = self.client
         if c is None or self._fault("get", "get", (key,)) is not None:
             return b""
-        obj = c.cluster.objects.get(key)
+        obj = self.lookup(key)
         if obj is None:
             return b""
         if obj.data is None:
             raise TypeError(f"object {key!r} was put from virtual memory: it has no bytes")
         return obj.data
 
-    def exists(self, key: str) -> int:
-        c = self.client
-        if c is None:
-            return INVALID
+    def exists(self, key: str, api: str = "is_exist") -> int:
+        if self.client is None:
+            return self.no_client(api)
         injected = self._fault("is_exist", "is_exist", (key,))
         if injected is not None:
             return self._done("is_exist", (key,), injected, True)
-        return 1 if key in c.cluster.objects else 0
+        return 1 if self.lookup(key) is not None else 0
 
-    def remove(self, key: str) -> int:
+    def remove(self, key: str, force: bool = False, api: str = "remove") -> int:
         c = self.client
         if c is None:
-            return INVALID
+            return self.no_client(api)
         injected = self._fault("remove", "remove", (key,))
         if injected is not None:
             return self._done("remove", (key,), injected, True)
-        if c.cluster.objects.pop(key, None) is None:
+        obj = c.cluster.objects.get(key)
+        if obj is None:
             return self._done("remove", (key,), NOT_FOUND)
+        if not force and c.cluster.leased(obj):
+            return self._done("remove", (key,), HAS_LEASE)   # §7: the object stays
+        del c.cluster.objects[key]
         return self._done("remove", (key,), OK)
+
+
+NO_SPACE = object()
 
 
 def _read_parts(node: Node, parts: Parts) -> bytes | None:

@@ -2,9 +2,11 @@
 
 Every method returns what the pybind binding returns: 0 or a byte count on success, the
 negative ``ErrorCode`` on failure, lists of those for batch calls; nothing raises for a
-store error (§1.1). Before ``setup`` (and after ``close``) the real binding would often
-dereference a null client; the fake returns INVALID_PARAMS (-600) instead, ``[]`` for
-``batch_put_from_multi_buffers`` (which really checks), ``b""`` for ``get``.
+store error (§1.1). Before ``setup`` (and after ``close``) most real methods dereference
+a null client and segfault the process (§7, checked on 0.3.13.post1): the fake raises
+:class:`~.errors.StoreCrash` there, so code that does this fails loudly. The methods that
+really check return what they return: ``put_from`` -600, ``get`` ``b""``,
+``batch_put_from_multi_buffers`` ``[]``, ``close`` 0, ``health_check`` 1.
 
 Data really moves for process memory (tracked or not: ``register_buffer`` checks the range
 is mapped, as pinning does), so put-then-get round trips can be compared byte for byte;
@@ -101,8 +103,9 @@ class MooncakeDistributedStore:
 
     def setup_dummy(self, mem_pool_size: int, local_buffer_size: int,
                     server_address: str) -> int:
-        """A dummy client: modelled as a tcp client without devices [inferred]."""
-        return self._s.setup("dummy", "P2PHANDSHAKE", 0, 0, "tcp", "", server_address)
+        """A client of a standalone ``mooncake_client``: tcp, no devices; it refuses ordinary
+        process memory (register_buffer -1, put_from/get_into -600, §7)."""
+        return self._s.setup_dummy(server_address)
 
     def close(self) -> int:
         """0 if never set up; else tear everything down (MRs included) and drop the client."""
@@ -124,6 +127,8 @@ class MooncakeDistributedStore:
     # -- put ------------------------------------------------------------------------------
     def put(self, key: str, value: Any, config: ReplicateConfig | None = None) -> int:
         """Copy ``value`` (buffer protocol) into the store; needs no registration."""
+        if self._s.client is None:
+            return self._s.no_client("put")
         data = bytes(memoryview(value).cast("B"))
         return self._s.put_one(key, None, len(data), config, data=data)
 
@@ -137,6 +142,8 @@ class MooncakeDistributedStore:
                        config: ReplicateConfig | None = None) -> list[int]:
         keys = _keys(keys)
         ptrs, lens = _ints(buffer_ptrs, "buffer_ptrs"), _ints(sizes, "sizes")
+        if self._s.client is None:
+            self._s.no_client("batch_put_from")
         if not len(keys) == len(ptrs) == len(lens):
             return [INVALID] * len(keys)       # §1.3: length mismatch -> every entry -600
         parts = [[(p, n)] for p, n in zip(ptrs, lens, strict=True)]
@@ -167,6 +174,8 @@ class MooncakeDistributedStore:
                        sizes: list[int]) -> list[int]:
         keys = _keys(keys)
         ptrs, lens = _ints(buffer_ptrs, "buffer_ptrs"), _ints(sizes, "sizes")
+        if self._s.client is None:
+            self._s.no_client("batch_get_into")
         if not len(keys) == len(ptrs) == len(lens):
             return [INVALID] * len(keys)
         parts = [[(p, n)] for p, n in zip(ptrs, lens, strict=True)]
@@ -176,6 +185,8 @@ class MooncakeDistributedStore:
                                      all_sizes: list[list[int]],
                                      prefer_alloc_in_same_node: bool = False) -> list[int]:
         keys = _keys(keys)
+        if self._s.client is None:
+            self._s.no_client("batch_get_into_multi_buffers")
         parts = self._multi(keys, all_buffer_ptrs, all_sizes)
         if parts is None:
             return [INVALID] * len(keys)
@@ -201,40 +212,50 @@ class MooncakeDistributedStore:
         return self._s.exists(key)
 
     def batch_is_exist(self, keys: list[str]) -> list[int]:
-        return [self._s.exists(k) for k in _keys(keys)]
+        keys = _keys(keys)
+        if self._s.client is None:
+            self._s.no_client("batch_is_exist")
+        return [self._s.exists(k, "batch_is_exist") for k in keys]
 
     def get_size(self, key: str) -> int:
-        c = self._s.client
-        if c is None:
-            return INVALID
-        obj = c.cluster.objects.get(key)
+        """The object's size (a read: it takes a lease, §7), or -704."""
+        if self._s.client is None:
+            return self._s.no_client("get_size")
+        obj = self._s.lookup(key)
         return obj.size if obj is not None else NOT_FOUND
 
     def remove(self, key: str, force: bool = False) -> int:
-        """0, or OBJECT_NOT_FOUND (-704) for a missing key [inferred]."""
-        return self._s.remove(key)
+        """0; -704 for a missing key; -706 OBJECT_HAS_LEASE while a read's lease lasts,
+        unless ``force`` (§7)."""
+        return self._s.remove(key, bool(force))
 
     def batch_remove(self, keys: list[str], force: bool = False) -> list[int]:
-        return [self._s.remove(k) for k in _keys(keys)]
+        keys = _keys(keys)
+        if self._s.client is None:
+            self._s.no_client("batch_remove")
+        return [self._s.remove(k, bool(force), "batch_remove") for k in keys]
 
     def remove_by_regex(self, regex_pattern: str, force: bool = False) -> int:
-        """The number removed, or -600 for a bad pattern [inferred]."""
+        """The number removed (leased objects stay unless ``force``), or -600 for a bad
+        pattern (§7)."""
         c = self._s.client
         if c is None:
-            return INVALID
+            return self._s.no_client("remove_by_regex")
         try:
             pattern = re.compile(regex_pattern)
         except re.error:
             return INVALID
         victims = [k for k in c.cluster.objects if pattern.search(k)]
-        return sum(1 for k in victims if self._s.remove(k) == 0)
+        return sum(1 for k in victims if self._s.remove(k, bool(force), "remove_by_regex") == 0)
 
     def remove_all(self, force: bool = False) -> int:
-        """The number of objects removed."""
+        """The number of objects removed: every object of the master, leased ones skipped
+        unless ``force`` (§7)."""
         c = self._s.client
         if c is None:
-            return INVALID
-        return sum(1 for k in list(c.cluster.objects) if self._s.remove(k) == 0)
+            return self._s.no_client("remove_all")
+        return sum(1 for k in list(c.cluster.objects)
+                   if self._s.remove(k, bool(force), "remove_all") == 0)
 
     # -- helpers for tests (not part of the real API) -------------------------------------
     def registered_buffers(self) -> list[tuple[int, int]]:

@@ -181,6 +181,9 @@ def _build(sc: Scenario, opts: MooncakeOptions) -> _Run:
         for node in nodes:
             for name, _ in opts.devices:
                 fake.fabric.add_device(name, node=node, max_mr_size=opts.device_max_mr_size)
+    # the stores mount no global segment (setup's 0): the deployment's other nodes hold
+    # the objects (without them a real put fails with NO_AVAILABLE_HANDLE, §7)
+    fake.cluster(MASTER).external_segments = True
     stores = {}
     for node in nodes:
         store = fake.store(node)

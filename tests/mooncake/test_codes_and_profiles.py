@@ -59,7 +59,7 @@ def test_head_profile() -> None:
 
 
 def test_profile_lookup_and_replace() -> None:
-    assert set(STORE_PROFILES) == {"released", "head"}
+    assert set(STORE_PROFILES) == {"released", "v0.3.13", "head"}
     assert get_store_profile() is STORE_PROFILES["released"]
     with pytest.raises(ValueError, match="known"):
         get_store_profile("v0.4")

@@ -116,6 +116,7 @@ def test_released_put_succeeds_iff_no_te_slice_crosses_the_seam(offset: int,
     fake = FakeMooncake("released", env={})
     store = fake.store()
     assert store.setup("h", "P2PHANDSHAKE", 0, 0, "rdma", "", "m") == 0
+    fake.cluster("m").external_segments = True   # other nodes hold the objects (§7)
     pool = fake.virtual(4 * chunk)
     p = pool.data_ptr()
     for i in range(4):

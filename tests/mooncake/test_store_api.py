@@ -8,10 +8,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kvreg.fakes.mooncake import ErrorCode, FakeMooncake, ReplicateConfig
+from kvreg.fakes.mooncake import (
+    ErrorCode,
+    FakeMooncake,
+    ReplicateConfig,
+    StoreCrash,
+    get_store_profile,
+)
 from kvreg.fakes.verbs import NotModelledError
 
 INVALID = int(ErrorCode.INVALID_PARAMS)
+HAS_LEASE = int(ErrorCode.OBJECT_HAS_LEASE)
 NOT_FOUND = int(ErrorCode.OBJECT_NOT_FOUND)
 TRANSFER_FAIL = int(ErrorCode.TRANSFER_FAIL)
 MiB = 1 << 20
@@ -20,21 +27,44 @@ Mk = Callable[..., tuple[FakeMooncake, Any]]
 Buf = Callable[..., Any]
 
 
-def test_before_setup_every_call_returns_codes_not_exceptions() -> None:
-    # §1.1: no exceptions for store errors; before setup the fake returns -600 (the real one
-    # would dereference a null client), [] where the binding checks, b"" for get
+CRASHING_CALLS: list[tuple[str, tuple[Any, ...]]] = [
+    ("register_buffer", (0x1000, 4096)), ("unregister_buffer", (0x1000,)),
+    ("get_into", ("k", 0x1000, 10)), ("put", ("k", b"x")),
+    ("batch_put_from", (["a", "b"], [1, 2], [3, 4])), ("batch_get_into", (["a"], [1], [3])),
+    ("batch_get_into_multi_buffers", (["a"], [[1]], [[3]])), ("is_exist", ("k",)),
+    ("batch_is_exist", (["k"],)), ("get_size", ("k",)), ("remove", ("k",)),
+    ("batch_remove", (["k"],)), ("remove_all", ()), ("remove_by_regex", ("k",))]
+
+
+@pytest.mark.parametrize(("api", "args"), CRASHING_CALLS)
+def test_before_setup_and_after_close_a_crashing_call_raises(api: str, args: tuple[Any, ...]
+                                                            ) -> None:
+    # §7: each of these segfaults the real 0.3.13.post1 process before setup() and after
+    # close() (tests/mooncake_real/test_crashes.py runs them in child processes); the fake
+    # must not make it look handled
+    fake = FakeMooncake()
+    store = fake.store()
+    with pytest.raises(StoreCrash, match=f"{api}.*segfaults"):
+        getattr(store, api)(*args)
+    assert store.setup("h", "P2PHANDSHAKE", MiB, MiB, "tcp", "", "m") == 0
+    assert store.close() == 0
+    with pytest.raises(StoreCrash, match="SIGSEGV"):
+        getattr(store, api)(*args)
+    # the switch: a profile without the crash gives the old -600
+    soft = FakeMooncake(get_store_profile("v0.3.13").replace(crashes_without_client=False))
+    out = getattr(soft.store(), api)(*args)
+    assert out == INVALID or (isinstance(out, list) and set(out) <= {INVALID})
+
+
+def test_before_setup_the_checking_calls_return_their_codes() -> None:
+    # §7 (0.3.13.post1): these check for a client: put_from -600, get b"", the multi put [],
+    # health_check 1, close 0 (never set up)
     store = FakeMooncake().store()
-    assert store.register_buffer(0x1000, 4096) == INVALID
-    assert store.unregister_buffer(0x1000) == INVALID
     assert store.put_from("k", 0x1000, 10) == INVALID
-    assert store.get_into("k", 0x1000, 10) == INVALID
-    assert store.batch_put_from(["a", "b"], [1, 2], [3, 4]) == [INVALID, INVALID]
-    assert store.batch_get_into(["a"], [1], [3]) == [INVALID]
     assert store.batch_put_from_multi_buffers(["a"], [[1]], [[3]]) == []
-    assert store.is_exist("k") == INVALID
     assert store.get("k") == b""
     assert store.health_check() == 1
-    assert store.close() == 0                       # never set up -> 0
+    assert store.close() == 0
 
 
 def test_setup_overloads(buf: Buf) -> None:
@@ -47,7 +77,9 @@ def test_setup_overloads(buf: Buf) -> None:
     assert store.setup({"local_hostname": "h", "metadata_server": "P2PHANDSHAKE"}) == 0
     client = store.client
     assert client is not None and client.protocol == "tcp" and store.health_check() == 0
-    assert store.setup({"local_hostname": "h", "metadata_server": "x"}) == INVALID  # twice
+    # §7: a second setup on a set-up store returns 0 and replaces the client
+    assert store.setup({"local_hostname": "h", "metadata_server": "x"}) == 0
+    assert store.client is not None and store.client is not client
     assert store.close() == 0 and store.health_check() == 1
     other = fake.store()
     assert other.setup("h", "P2PHANDSHAKE", MiB, MiB, "carrier-pigeon", "", "m") == INVALID
@@ -192,12 +224,17 @@ def test_exist_remove_and_regex(mk: Mk) -> None:
         assert store.put(k, b"x" * 10) == 0
     assert store.batch_is_exist(["a_k", "zz", "b_k"]) == [1, 0, 1]
     assert store.remove("zz") == NOT_FOUND
-    assert store.remove_by_regex(r"^a_") == 2
+    # §7: batch_is_exist leased a_k and b_k; a_v was never read
+    assert store.remove_by_regex(r"^a_") == 1 and store.is_exist("a_k") == 1
+    assert store.remove_by_regex(r"^a_", True) == 1 and store.is_exist("a_k") == 0
     assert store.remove_by_regex("(") == INVALID
-    assert store.batch_remove(["b_k", "b_k"]) == [0, NOT_FOUND]
+    assert store.batch_remove(["b_k", "b_k"]) == [HAS_LEASE, HAS_LEASE]
+    assert store.batch_remove(["b_k", "b_k"], True) == [0, NOT_FOUND]
     assert store.put("c", bytearray(b"hello")) == 0
+    assert store.put("d", b"unread") == 0
     assert store.get("c") == b"hello" and store.get("nope") == b""
-    assert store.remove_all() == 1 and store.is_exist("c") == 0
+    assert store.remove_all() == 1 and store.is_exist("d") == 0   # c is leased
+    assert store.remove_all(True) == 1 and store.is_exist("c") == 0
 
 
 def test_stores_sharing_a_master_share_objects(buf: Buf) -> None:
@@ -248,4 +285,5 @@ def test_close_unregisters_everything(mk: Mk, buf: Buf) -> None:
     assert fake.fabric.live_mrs() and fake.leak_report()
     assert store.close() == 0
     assert fake.fabric.live_mrs() == [] and fake.leak_report() == ""
-    assert store.register_buffer(x.ctypes.data, 4096) == INVALID
+    with pytest.raises(StoreCrash):     # §7: the real store segfaults here
+        store.register_buffer(x.ctypes.data, 4096)

@@ -78,6 +78,7 @@ def test_virtual_pool_sends_the_pages_at_seams_and_gaps() -> None:
     fake = FakeMooncake("released", env={})
     store = fake.store()
     assert store.setup("h", "P2PHANDSHAKE", 0, 0, "rdma", "", "m") == 0
+    fake.cluster("m").external_segments = True   # other nodes hold the objects (§7)
     fd = make_geometry("fastdeploy", page_num=100, **FD)
     bufs = allocate_pool(fake, "node0", fd, real=False, label_node=False)
     stride = 62464
@@ -98,6 +99,7 @@ def test_round_trip_notices_stale_bytes() -> None:
     fake = FakeMooncake("released", env={})
     store = fake.store()
     assert store.setup("h", "P2PHANDSHAKE", 0, 0, "rdma", "", "m") == 0
+    fake.cluster("m").external_segments = True   # other nodes hold the objects (§7)
     mla = make_geometry("mla", page_num=4, **MLA_LF)
     bufs = allocate_pool(fake, "node0", mla, real=True, label_node=False)
     assert store.register_buffer(bufs[0].base, bufs[0].nbytes) == 0

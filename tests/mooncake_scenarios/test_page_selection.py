@@ -68,6 +68,7 @@ def deploy(geometry: PoolGeometry, layouts: dict[str, Layout], *, real: bool) ->
     for node in nodes:
         store = fake.store(node)
         assert store.setup(f"{node}-host", "P2PHANDSHAKE", 0, 0, "rdma", "", "m") == 0
+        fake.cluster("m").external_segments = True   # other nodes hold the objects (§7)
         stores[node] = store
         pools[node] = allocate_pool(fake, node, geometry, real=real, label_node=len(nodes) > 1)
         for buf, mrs in zip(pools[node], layouts[node], strict=True):

@@ -54,7 +54,7 @@ def rules(result: ScenarioResult) -> list[str]:
 # -- options ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("table", "words"), [
-    ('{ profile = "v0.4" }', "profile = one of ['head', 'released'] (got 'v0.4')"),
+    ('{ profile = "v0.4" }', "profile = one of ['head', 'released', 'v0.3.13'] (got 'v0.4')"),
     ('{ mc_max_mr_sizes = 1 }', "not 'mc_max_mr_sizes'"),
     ('{ io = "zip" }', "io = one of"),
     ('{ devices = { nic0 = "nosuchnic" } }', "devices.nic0 = a NIC profile"),

@@ -30,9 +30,13 @@ def test_store(kvreg_mooncake_store, fake_mooncake):
     assert kvreg_mooncake_store.register_buffer(buf.data_ptr(), 1 << 20) == 0
     assert kvreg_mooncake_store.unregister_buffer(buf.data_ptr()) == 0
 
-def test_unset_store_says_minus_600(fake_mooncake):
+def test_unset_store_crashes_loudly(fake_mooncake):
+    # docs/mooncake-verbs.md §7: the real store segfaults on this call before setup()
+    import pytest
+    from kvreg.fakes.mooncake import StoreCrash
     buf = fake_mooncake.virtual(1 << 20, name="pool")
-    assert fake_mooncake.store().register_buffer(buf.data_ptr(), 1 << 20) == -600
+    with pytest.raises(StoreCrash):
+        fake_mooncake.store().register_buffer(buf.data_ptr(), 1 << 20)
 ''')
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
 
