@@ -1,0 +1,259 @@
+"""``check_run`` on hand-built run records: each rule's edge, without running a scenario.
+
+The catalog tests judge whole runs (slow, and many rules fire together); these pin the
+rules' boundaries one at a time, so that a changed comparison or a dropped branch in
+``harness/cuda/checks.py`` fails here (mutation testing, docs/mutation-testing.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvreg.fakes.recorder import TraceEntry
+from kvreg.harness.cuda.checks import BufferRun, RunRecord, check_run, check_warnings
+from kvreg.harness.pools.registry import make_geometry
+from kvreg.harness.run.endstate import Pending, summarize_exception
+
+GEO = make_geometry("mla", layout="page_first_direct", layer_num=2, kv_lora_rank=4,
+                    qk_rope_head_dim=4, dtype="bfloat16", page_size=2, page_num=4)
+SPEC = GEO.buffers()[0]          # kv_buffer, 256 bytes, granularity 64
+N = SPEC.nbytes
+BASE = 0x7F0000000000
+
+
+def reg(seq: int, ptr: int, size: int, code: int = 0, injected: bool = False,
+        api: str = "cudaHostRegister") -> TraceEntry:
+    return TraceEntry(seq, "torch", api, (ptr, size, 0), code, code, injected, 0)
+
+
+def unreg(seq: int, ptr: int, code: int = 0, injected: bool = False,
+          api: str = "cudaHostUnregister") -> TraceEntry:
+    return TraceEntry(seq, "torch", api, (ptr,), code, code, injected, 0)
+
+
+def record(trace: list[TraceEntry], *, expect: str = "success",
+           error: BaseException | None = None, seq_end: int = 50,
+           granularity: int | None = 64, limit: int = 128, **kw: Any) -> RunRecord:
+    b = BufferRun(0, SPEC, BASE, granularity, error, None, error is None, 0, seq_end,
+                  summarize_exception(error) if error is not None else None, 64)
+    return RunRecord(GEO, limit, expect, None, [b], trace, **kw)
+
+
+def rules(r: RunRecord) -> list[str]:
+    return [v.rule for v in check_run(r)]
+
+
+def _ok_run(**kw: Any) -> list[TraceEntry]:
+    return [reg(1, BASE, 128), reg(2, BASE + 128, 128), unreg(60, BASE), unreg(61, BASE + 128)]
+
+
+def test_a_correct_run_has_no_violation() -> None:
+    r = record(_ok_run(), teardown_start=60, exercised=("register", "teardown"))
+    assert check_run(r) == [] and check_warnings(r) == []
+
+
+def test_failed_register_calls_are_never_judged_as_unregisters() -> None:
+    # a register that fails with 1 or 713 is not an unregister of a dead base: only the
+    # error rules speak about it (§8 of the issue that pinned this)
+    for code in (1, 713):
+        err = RuntimeError(f"cudaHostRegister failed with {code}")
+        r = record([reg(1, BASE, 128), reg(2, BASE + 128, 128, code=code), unreg(3, BASE)],
+                   expect="register-error", error=err, seq_end=4)
+        assert "unregister-not-a-live-base" not in rules(r), check_run(r)
+        assert rules(r) == []
+
+
+def test_unregister_of_a_dead_base_says_why() -> None:
+    trace = [reg(1, BASE, 128), reg(2, BASE + 128, 128), unreg(60, BASE), unreg(61, BASE + 128),
+             unreg(62, BASE, code=713), unreg(63, BASE + 64, code=1),
+             unreg(64, BASE + 192, code=713), unreg(65, BASE + 64, code=713, injected=True),
+             unreg(66, BASE + 128, code=2)]
+    vs = [v for v in check_run(record(trace, teardown_start=60,
+                                      exercised=("register", "teardown")))
+          if v.rule == "unregister-not-a-live-base"]
+    assert [v.seq for v in vs] == [62, 63, 64]
+    assert "was already released (713 cudaErrorHostMemoryNotRegistered)" in vs[0].message
+    assert "is inside a registration, not its base (1 cudaErrorInvalidValue)" in vs[1].message
+    assert "kv_buffer+0xc0, which was never registered" in vs[2].message
+    assert vs[0].message.startswith("call #62 unregisters kv_buffer+0x0")
+
+
+def test_driver_twins_count_as_registrations() -> None:
+    trace = [reg(1, BASE, 128, api="cuMemHostRegister"),
+             reg(2, BASE + 128, 128, api="cuMemHostRegister"),
+             unreg(60, BASE, api="cuMemHostUnregister"),
+             unreg(61, BASE + 128, api="cuMemHostUnregister"),
+             unreg(62, BASE + 128, code=713, api="cuMemHostUnregister")]
+    assert rules(record(trace, teardown_start=60)) == ["unregister-not-a-live-base"]
+
+
+def test_call_budget_comes_first_then_the_rest_by_call() -> None:
+    trace = [reg(3, BASE, 0), reg(5, BASE + 256, 64), reg(7, BASE, 192)]
+    r = record(trace, budget_hit=500, live_end=[(BASE, 192)],
+               exercised=("register", "teardown"), teardown_start=40, limit=128)
+    vs = check_run(r)
+    # the call budget first, then by call; the end-state rules after the calls, leaks last
+    assert [v.rule for v in vs] == ["call-budget", "register-size-zero",
+                                    "range-outside-buffer", "chunk-over-limit", "registered",
+                                    "leak"]
+    assert [v.seq for v in vs][:4] == [0, 3, 5, 7]
+    assert vs[0].message.startswith("stopped after 500 runtime calls")
+    assert "registers 0 bytes at kv_buffer+0x0" in vs[1].message
+    assert "[kv_buffer+0x100 (the end of kv_buffer), +64)" in vs[2].message
+
+
+def test_no_budget_violation_without_the_budget() -> None:
+    assert "call-budget" not in rules(record(_ok_run(), budget_hit=None, teardown_start=60))
+
+
+def test_chunk_limit_is_inclusive_and_only_for_chunked_pools() -> None:
+    at = [reg(1, BASE, 128), reg(2, BASE + 128, 128)]
+    assert rules(record(at, limit=128)) == []
+    assert rules(record([reg(1, BASE, N)], limit=128, granularity=None)) == []  # one call
+    over = [reg(1, BASE, 129), reg(2, BASE + 129, 127)]
+    got = check_run(record(over, limit=128))
+    assert [v.rule for v in got][:1] == ["chunk-over-limit"]
+    assert "registers 129 bytes at kv_buffer+0x0, above the chunk limit 128" in got[0].message
+
+
+def test_range_must_lie_inside_one_buffer() -> None:
+    inside = [reg(1, BASE, N)]
+    assert "range-outside-buffer" not in rules(record(inside, limit=N))
+    past = [reg(1, BASE + 1, N)]
+    assert "range-outside-buffer" in rules(record(past, limit=N + 1))
+    before = [reg(1, BASE - 1, 2)]
+    assert "range-outside-buffer" in rules(record(before, limit=N))
+    far = check_run(record([reg(1, BASE + (1 << 30), 64)]))
+    assert "(outside every pool buffer)" in far[0].message
+
+
+def test_error_swallowed_needs_a_failed_call_and_a_normal_return() -> None:
+    trace = [reg(1, BASE, 128), reg(2, BASE + 128, 128, code=2)]
+    r = record(trace, logs=["", "register failed, continuing"], live_end=[(BASE, 128)])
+    vs = check_run(r)
+    assert vs[0].rule == "error-swallowed" and vs[0].seq == 2
+    assert "cudaHostRegister returned 2 (out of memory) at kv_buffer+0x80 (call #2)" in \
+        vs[0].message
+    assert "(it only logged: 'register failed, continuing')" in vs[0].message
+    assert "registered" not in [v.rule for v in vs]       # one rule explains it
+    # raised instead: not swallowed; recovered (fully registered): a warning, not a failure
+    raised = record(trace, expect="register-error", error=RuntimeError("failed: 2"))
+    assert "error-swallowed" not in rules(raised)
+    recovered = record([reg(1, BASE, 128), reg(2, BASE + 128, 128, code=2),
+                        reg(3, BASE + 128, 128)])
+    assert rules(recovered) == []
+    assert [w.rule for w in check_warnings(recovered)] == ["recovered"]
+
+
+def test_unexpected_error_names_the_failing_call() -> None:
+    trace = [reg(1, BASE, 128, code=2)]
+    vs = check_run(record(trace, error=MemoryError("no pinned memory")))
+    assert vs[0].rule == "unexpected-error" and vs[0].seq == 50
+    assert vs[0].message == ("register() of kv_buffer raised MemoryError: no pinned memory; "
+                             "cudaHostRegister(kv_buffer+0x0, 128) returned 2 (out of memory)")
+    assert "unexpected-error" in rules(record([], error=ValueError()))
+    assert check_run(record([], error=ValueError()))[0].message == \
+        "register() of kv_buffer raised ValueError"
+
+
+def test_register_error_expected_but_the_fault_never_fired() -> None:
+    # fewer calls than the scenario assumed: success is expected instead
+    assert "unexpected-error" in rules(record([reg(1, BASE, 128)], expect="register-error",
+                                              error=RuntimeError("x")))
+    fired = record([reg(1, BASE, 128, code=2)], expect="register-error",
+                   error=RuntimeError("failed with 2"))
+    assert "unexpected-error" not in rules(fired)
+    stopped = record([reg(1, BASE, 128)], expect="register-error", error=RuntimeError("x"),
+                     budget_hit=9)
+    assert "unexpected-error" not in rules(stopped)
+
+
+def test_rejection_rules() -> None:
+    nothing = record([], expect="rejected", granularity=256, limit=128)
+    vs = check_run(nothing)
+    assert [v.rule for v in vs][:1] == ["not-rejected"]
+    assert "accepted granularity 256 of kv_buffer with chunk limit 128" in vs[0].message
+    fine = record([], expect="rejected", granularity=64, limit=128)
+    assert "register() accepted every buffer" in check_run(fine)[0].message
+    late = record([reg(3, BASE, 128)], expect="rejected", error=ValueError("too big"),
+                  granularity=256)
+    vs = check_run(late)
+    assert vs[0].rule == "rejected-too-late" and vs[0].seq == 3
+    assert "made 1 cudaHostRegister call(s) before rejecting granularity 256 > limit 128" in \
+        vs[0].message
+    wrong = record([], expect="rejected", error=RuntimeError("too big"), granularity=256)
+    assert rules(wrong) == ["rejected-wrong-error"]
+    assert "rejected the granularity with RuntimeError: too big; expected ValueError" in \
+        check_run(wrong)[0].message
+    assert rules(record([], expect="rejected", error=ValueError("x"), granularity=256)) == []
+
+
+def test_leftovers_after_a_failed_register_are_not_rolled_back() -> None:
+    trace = [reg(1, BASE, 128), reg(2, BASE + 128, 128, code=2)]
+    r = record(trace, expect="register-error", error=RuntimeError("failed: 2"),
+               live_end=[(BASE, 128)])
+    vs = check_run(r)
+    assert [v.rule for v in vs] == ["not-rolled-back"]
+    assert vs[0].message.startswith("chunk [kv_buffer+0x0, +128) is still registered after "
+                                    "register() of kv_buffer failed: no rollback")
+    # what an injected unregister failure pinned during rollback is not held against it
+    pinned = record([*trace, unreg(3, BASE, code=1, injected=True)], expect="register-error",
+                    error=RuntimeError("failed: 2"), live_end=[(BASE, 128)])
+    assert rules(pinned) == []
+
+
+def test_leak_only_when_teardown_ran_and_names_a_lost_chunk() -> None:
+    trace = [reg(1, BASE, 128), reg(2, BASE + 128, 128), unreg(60, BASE)]
+    plain = record(trace, live_end=[(BASE + 128, 128)], teardown_start=60,
+                   exercised=("register", "teardown"))
+    vs = check_run(plain)
+    assert [v.rule for v in vs] == ["leak"]
+    assert vs[0].message == "chunk [kv_buffer+0x80, +128) was never released by teardown"
+    no_teardown = record(trace, live_end=[(BASE + 128, 128)], teardown_start=60,
+                         exercised=("register",))
+    assert rules(no_teardown) == []
+    lost = record([*trace, unreg(61, BASE + 128, code=2, injected=True)],
+                  live_end=[(BASE + 128, 128)], teardown_start=60,
+                  exercised=("register", "teardown"))
+    assert "teardown lost track of it after cudaHostUnregister failed" in \
+        check_run(lost)[0].message
+
+
+def test_teardown_raised_unless_a_fault_was_injected_into_teardown() -> None:
+    trace = _ok_run()
+    boom = (0, 0, RuntimeError("boom\nsecond line"))
+    vs = check_run(record(trace, teardown_start=60, teardown_errors=[boom]))
+    assert [v.rule for v in vs] == ["teardown-raised"]
+    assert vs[0].message == "teardown #1 of kv_buffer raised RuntimeError: boom"
+    injected = [*trace, unreg(62, BASE, code=2, injected=True)]
+    assert rules(record(injected, teardown_start=60, teardown_errors=[boom])) == []
+    # an injected unregister before teardown does not excuse a teardown that raised
+    early = [unreg(0, BASE + 64, code=2, injected=True), *trace]
+    assert rules(record(early, teardown_start=60, teardown_errors=[boom])) == ["teardown-raised"]
+
+
+def test_transfer_failure_is_reported_after_the_register_rules() -> None:
+    class T:
+        ok, code, failed_row, detail = False, 1, None, "row 3"
+
+    vs = check_run(record(_ok_run(), transfer=T(), teardown_start=60))
+    assert [v.rule for v in vs] == ["transfer-failed"]
+    assert vs[0].message == "batch copy of every page failed with 1 (invalid argument): row 3"
+
+    class Fine:
+        ok = True
+
+    assert rules(record(_ok_run(), transfer=Fine(), teardown_start=60)) == []
+
+
+def test_pending_errors_fail_in_cuda_bindings_and_warn_in_torch() -> None:
+    # docs/cuda-runtime.md §6: torch's binding cannot drain its last error; cuda-python's can
+    bindings = [Pending("register", "cuda-bindings", 2, "cudaErrorMemoryAllocation")]
+    r = record(_ok_run(), pending=bindings, teardown_start=60)
+    assert rules(r) == ["error-pending"] and check_warnings(r) == []
+    torch = [Pending("register", "torch", 2, "cudaErrorMemoryAllocation")] * 2
+    r = record(_ok_run(), pending=torch, teardown_start=60)
+    assert rules(r) == []
+    assert [w.rule for w in check_warnings(r)] == ["error-pending"]      # once, not twice
+    cleared = [Pending("teardown", "cuda-bindings", 0, "cudaSuccess")]
+    assert rules(record(_ok_run(), pending=cleared, teardown_start=60)) == []
