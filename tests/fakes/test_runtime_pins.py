@@ -221,3 +221,69 @@ def test_unused_driver_starts_clean() -> None:
     assert rt.get_last_error() == 0 and not d.initialised
     assert rt.version == d.profile.runtime_version
     assert FakeRuntime(d, "y", 12345).version == 12345
+
+
+def test_batch_needs_a_12_8_driver_and_accepts_exactly_12_8() -> None:
+    # docs/cuda-runtime.md §5.3: cudaMemcpyBatchAsync needs driver 12.8+; below -> 36
+    for version, code in ((12080, 0), (12090, 0), (12070, E.CALL_REQUIRES_NEWER_DRIVER)):
+        prof = dataclasses.replace(PROFILES["h200-r580"], name=f"d{version}",
+                                   driver_version=version)
+        fake = FakeCuda(prof)
+        rt = fake.cuda_runtime
+        host = fake.virtual(MiB).data_ptr()
+        rt.host_register(host, MiB, 0)
+        _, dev = rt.malloc(MiB)
+        _, s = rt.stream_create()
+        assert s is not None
+        assert _batch(rt, host, dev, s)[0] == code, version
+
+
+def test_batch_rejects_legacy_stream_and_empty_entries_with_their_reason() -> None:
+    from kvreg.fakes.cuda.copies import CopyFault, HostSide
+
+    fake, rt = _runtime()
+    host = fake.virtual(MiB).data_ptr()
+    rt.host_register(host, MiB, 0)
+    _, dev = rt.malloc(MiB)
+    _, s = rt.stream_create()
+    assert s is not None
+    assert _batch(rt, host, dev, 1)[0] == E.INVALID_VALUE             # cudaStreamLegacy
+    assert rt.last_copy_fault == CopyFault(E.INVALID_VALUE, -1, "legacy NULL stream",
+                                           HostSide.NONE, 0, 0, ())
+    # a one-byte copy is a copy; a zero-byte or NULL entry is refused at its index
+    assert rt.memcpy_batch_async([dev, dev + 8], [host, host + 8], [1, 1], 2, [1], [0], 1,
+                                 s) == (0, fake.profile.batch_fail_idx_unspecific)
+    code, idx = rt.memcpy_batch_async([dev, dev + 8], [host, host + 8], [1, 0], 2, [1], [0], 1,
+                                      s)
+    assert (code, idx) == (E.INVALID_VALUE, 1)
+    assert rt.last_copy_fault == CopyFault(E.INVALID_VALUE, 1, "zero-size or NULL entry",
+                                           HostSide.NONE, 0, 0, ())
+    assert rt.memcpy_batch_async([dev, 0], [host, host], [8, 8], 2, [1], [0], 1, s)[:2] == \
+        (E.INVALID_VALUE, 1)
+
+
+def test_device_ordinal_checks_of_attributes() -> None:
+    _fake, rt = _runtime()
+    assert rt.device_get_attribute(99, -1) == (E.INVALID_DEVICE, None)
+    assert rt.device_get_attribute(99, 0)[0] == 0
+
+
+def test_pointer_attributes_of_device_memory_have_no_host_pointer() -> None:
+    _fake, rt = _runtime()
+    _, dev = rt.malloc(MiB)
+    assert dev is not None
+    code, attrs = rt.pointer_get_attributes(dev + 16)
+    assert code == 0 and attrs is not None
+    assert (attrs.type, attrs.device, attrs.devicePointer, attrs.hostPointer) == \
+        (2, 0, dev + 16, 0)
+
+
+def test_memcpy_kinds() -> None:
+    # cudaMemcpyKind 0..4 are valid (HostToHost .. Default); 5 -> 21 (InvalidMemcpyDirection)
+    fake, rt = _runtime()
+    a = fake.virtual(MiB).data_ptr()
+    b = fake.virtual(MiB).data_ptr()
+    assert rt.memcpy_async(a, b, 64, 0, 0) == 0
+    assert rt.memcpy_async(a, b, 64, 5, 0) == 21 and rt.get_last_error() == 21
+    assert rt.memcpy_async(a, b, 64, -1, 0) == 21
+    assert rt.memcpy_async(a, b, 0, 4, 0) == 0
