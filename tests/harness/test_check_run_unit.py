@@ -33,8 +33,10 @@ def unreg(seq: int, ptr: int, code: int = 0, injected: bool = False,
 
 def record(trace: list[TraceEntry], *, expect: str = "success",
            error: BaseException | None = None, seq_end: int = 50,
-           granularity: int | None = 64, limit: int = 128, **kw: Any) -> RunRecord:
-    b = BufferRun(0, SPEC, BASE, granularity, error, None, error is None, 0, seq_end,
+           granularity: int | None = 64, limit: int = 128, seq_start: int = 0,
+           registered: bool | None = None, **kw: Any) -> RunRecord:
+    done = error is None if registered is None else registered
+    b = BufferRun(0, SPEC, BASE, granularity, error, None, done, seq_start, seq_end,
                   summarize_exception(error) if error is not None else None, 64)
     return RunRecord(GEO, limit, expect, None, [b], trace, **kw)
 
@@ -257,3 +259,64 @@ def test_pending_errors_fail_in_cuda_bindings_and_warn_in_torch() -> None:
     assert [w.rule for w in check_warnings(r)] == ["error-pending"]      # once, not twice
     cleared = [Pending("teardown", "cuda-bindings", 0, "cudaSuccess")]
     assert rules(record(_ok_run(), pending=cleared, teardown_start=60)) == []
+
+
+def test_transfer_failure_names_the_page_and_the_seam_inside_it() -> None:
+    # page 2 is [128, 192); registrations start at 128 (the page's own start: no seam inside)
+    # and at 160 (inside it): the message names 160
+    trace = [reg(1, BASE, 128), reg(2, BASE + 128, 32), reg(3, BASE + 160, 96),
+             unreg(60, BASE), unreg(61, BASE + 128), unreg(62, BASE + 160)]
+
+    class T:
+        ok, code, failed_row, detail = False, 1, 2, ""
+
+    vs = check_run(record(trace, transfer=T(), teardown_start=60, limit=256))
+    msgs = [v.message for v in vs if v.rule == "transfer-failed"]
+    assert msgs == ["page 2 of kv_buffer [128, 192) spans registrations at offset 160: "
+                    "cudaMemcpyBatchAsync returns 1 (invalid argument)"]
+
+
+def test_transfer_failure_sorts_after_the_calls_and_before_leaks() -> None:
+    class T:
+        ok, code, failed_row, detail = False, 1, None, ""
+
+    trace = [reg(3, BASE, 0), reg(4, BASE, 256)]
+    vs = check_run(record(trace, transfer=T(), live_end=[(BASE, 256)], teardown_start=60,
+                          exercised=("register", "teardown"), limit=256))
+    assert [v.rule for v in vs] == ["register-size-zero", "transfer-failed", "leak"]
+
+
+def test_calls_at_the_buffers_own_seq_bounds() -> None:
+    # a buffer owns the calls in [seq_start, seq_end): the first call is its own, a call at
+    # seq_end is the next buffer's
+    late = record([reg(5, BASE, 128)], expect="rejected", error=ValueError("too big"),
+                  granularity=256, seq_start=5, seq_end=9)
+    assert rules(late) == ["rejected-too-late"]
+    after = record([reg(9, BASE, 128)], expect="rejected", error=ValueError("too big"),
+                   granularity=256, seq_start=5, seq_end=9)
+    assert "rejected-too-late" not in rules(after)
+    failed_first = record([reg(5, BASE, 128, code=2)], error=RuntimeError("no"), seq_start=5,
+                          seq_end=9)
+    assert "returned 2 (out of memory)" in check_run(failed_first)[0].message
+
+
+def test_a_register_that_never_returned_is_not_judged_registered() -> None:
+    # registered False (it never returned: stopped, hung) with no exception: the registered
+    # rule does not judge it
+    r = record([], registered=False)
+    assert "registered" not in rules(r)
+    assert "registered" in rules(record([], registered=True))
+
+
+def test_error_swallowed_names_the_first_failed_call() -> None:
+    trace = [reg(1, BASE, 128), reg(2, BASE + 128, 128, code=2), reg(3, BASE + 128, 128,
+                                                                    code=1)]
+    (v,) = [v for v in check_run(record(trace)) if v.rule == "error-swallowed"]
+    assert "(call #2)" in v.message and v.seq == 2
+
+
+def test_not_rejected_without_buffers_is_at_seq_0() -> None:
+    r = RunRecord(GEO, 128, "rejected", None, [], [])
+    (v,) = check_run(r)
+    assert (v.rule, v.seq) == ("not-rejected", 0)
+    assert "accepted every buffer" in v.message
