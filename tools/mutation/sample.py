@@ -4,7 +4,7 @@ A full run of a core module is several hundred mutants, each a fresh pytest proc
 small shared machine that takes hours. A uniform sample estimates the score (docs/
 mutation-testing.md gives the command and how to read the interval). Usage:
 
-    python mutation/sample.py SESSION.sqlite N [--seed S]
+    python tools/mutation/sample.py SESSION.sqlite N [--seed S]
 """
 
 from __future__ import annotations
