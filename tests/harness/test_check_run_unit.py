@@ -320,3 +320,12 @@ def test_not_rejected_without_buffers_is_at_seq_0() -> None:
     (v,) = check_run(r)
     assert (v.rule, v.seq) == ("not-rejected", 0)
     assert "accepted every buffer" in v.message
+
+
+def test_error_reported_names_the_failed_calls_offset_and_size() -> None:
+    trace = [reg(1, BASE, 128), reg(2, BASE + 128, 96, code=2), unreg(3, BASE)]
+    vs = check_run(record(trace, expect="register-error", error=RuntimeError("setup failed"),
+                          seq_end=4))
+    assert [v.rule for v in vs] == ["error-reported"]
+    assert "returned by cudaHostRegister(kv_buffer+0x80, 96) (call #2)" in vs[0].message
+    assert "cudaErrorMemoryAllocation (2, out of memory)" in vs[0].message
