@@ -287,3 +287,16 @@ def test_memcpy_kinds() -> None:
     assert rt.memcpy_async(a, b, 64, 5, 0) == 21 and rt.get_last_error() == 21
     assert rt.memcpy_async(a, b, 64, -1, 0) == 21
     assert rt.memcpy_async(a, b, 0, 4, 0) == 0
+
+
+def test_pointer_attributes_of_host_alloc_memory_are_device_0_and_mapped() -> None:
+    # cudaHostAlloc memory is portable, mapped host memory of the current device's context
+    # (docs/cuda-runtime.md §4): type Host, device 0, device pointer == host pointer on UVA
+    _fake, rt = _runtime()
+    _, ptr = rt.host_alloc(4096)
+    assert ptr is not None
+    code, attrs = rt.pointer_get_attributes(ptr + 8)
+    assert code == 0 and attrs is not None
+    assert (attrs.type, attrs.device, attrs.devicePointer, attrs.hostPointer) == \
+        (1, 0, ptr + 8, ptr + 8)
+    assert rt.host_get_flags(ptr) == (0, 2)                  # DEVICEMAP implied (§4)
