@@ -12,6 +12,7 @@ from kvreg.harness.run.endstate import (
     FailedCall,
     check_error_reported,
     check_registered,
+    check_seams_aligned,
     coverage_problems,
     fully_registered,
     live_ranges,
@@ -196,3 +197,104 @@ def test_rollback_phrase() -> None:
         "partial rollback (released 1 of 3 earlier chunk(s); still registered: [c0], [c1], "
         "[c2], [c3])")
     assert rollback_phrase(6, 1, left).endswith("[c3] and 2 more)")
+
+
+def _live(*spans: tuple[int, int], unit: int | None = 0x10, label: str = "b",
+          failed: list[FailedCall] | None = None, returned: bool = True) -> BufferEnd:
+    return BufferEnd(label, BASE, 0x100, unit, returned, seq_end=4,
+                     live=[(BASE + o, n) for o, n in spans], failed=failed or [])
+
+
+def test_seams_aligned_names_the_page_a_seam_cuts() -> None:
+    (v,) = check_seams_aligned([_live((0, 0x28), (0x28, 0xD8))], 7)
+    assert (v.rule, v.seq) == ("seams-aligned", 7)
+    assert v.message == ("a seam between two registrations of b lies at offset 40 (b+0x28), "
+                         "which cuts copy page 2 [32, 48) of 16 bytes: 8 bytes into it")
+    (two,) = check_seams_aligned([_live((0, 0x28), (0x28, 0x30), (0x58, 0xA8))], 7)
+    assert two.message.endswith("8 bytes into it (1 more misaligned seam(s))")
+    assert check_seams_aligned([_live((0, 0x20), (0x20, 0xE0))], 7) == []
+
+
+def test_seams_of_ranges_hanging_over_the_end_are_not_judged() -> None:
+    # the second range starts at a misaligned offset but runs past the buffer's end: it is
+    # not inside the buffer, so only the first range's end (aligned) is a seam
+    assert check_seams_aligned([_live((0, 0x20), (0x28, 0x100))], 7) == []
+
+
+def test_every_buffer_is_judged_not_only_up_to_the_first_skipped_one() -> None:
+    skipped = _live((0, 0x28), (0x28, 0xD8), unit=None, label="a")
+    single = _live((0, 0x100), label="s")
+    bad = _live((0, 0x28), (0x28, 0xD8), label="c")
+    assert [v.message.split(" lies")[0] for v in check_seams_aligned([skipped, single, bad],
+                                                                     7)] == \
+        ["a seam between two registrations of c"]
+    gap = _live((0, 0x80), label="g")
+    assert [v.message.split(" returned")[0] for v in
+            check_registered([_live(label="x"), gap], "required", skip=["x"])] == \
+        ["register() of g"]
+    exc = RuntimeError("failed")
+    quiet = _end(None, [OOM])
+    loud = BufferEnd("k", BASE, 0x1000, 0x100, False, summarize_exception(exc), 9, [], [OOM])
+    assert [v.message.split(" raised")[0] for v in check_error_reported([quiet, loud])] == \
+        ["register() of k"]
+
+
+def test_coverage_ignores_ranges_outside_the_buffer() -> None:
+    full = _live((0, 0x100), (0x100, 0x40), (-0x40, 0x40))
+    assert coverage_problems(full) == ([], [])
+
+
+def test_recovered_warning_names_how_many_calls_failed() -> None:
+    from kvreg.harness.run.endstate import recovered_warnings
+
+    one = _live((0, 0x80), (0x80, 0x80), failed=[OOM])
+    (w,) = recovered_warnings([one])
+    assert w.rule == "recovered" and w.seq == 7
+    assert w.message == ("cudaHostRegister(b+0x100, 256) (call #7) returned 2 "
+                         "cudaErrorMemoryAllocation; register() recovered: b ended fully "
+                         "registered in 2 registration(s) on aligned seams")
+    (w2,) = recovered_warnings([_live((0, 0x100), failed=[OOM, INVALID])])
+    assert "returned 2 cudaErrorMemoryAllocation and 1 more call(s) failed;" in w2.message
+    # not fully registered, or misaligned, or raised: no "recovered" warning (other rules speak)
+    assert recovered_warnings([_live((0, 0x80), failed=[OOM])]) == []
+    assert recovered_warnings([_live((0, 0x28), (0x28, 0xD8), failed=[OOM])]) == []
+    assert recovered_warnings([_live((0, 0x100), failed=[OOM], returned=False)]) == []
+    # a buffer without failures does not stop the others being looked at
+    assert len(recovered_warnings([_live((0, 0x100)), one])) == 1
+
+
+def test_error_pending_sorts_last() -> None:
+    from kvreg.harness.run.endstate import Pending, check_error_pending
+
+    p = [Pending("register", "cuda-bindings", 2, "cudaErrorMemoryAllocation")]
+    t = [Pending("register", "torch", 2, "cudaErrorMemoryAllocation")]
+    (v,), () = check_error_pending(p, fallback=False)
+    (f,), () = check_error_pending(t, fallback=True)
+    (), (w,) = check_error_pending(t, fallback=False)
+    assert v.seq == f.seq == w.seq == 1 << 43
+    assert "drain it with cudaGetLastError through the same runtime" in v.message
+    assert "a pageable fallback must leave nothing pending" in f.message
+    assert w.message.endswith("(torch's binding has no cudaGetLastError to drain it)")
+
+
+def _raise_here() -> None:
+    raise RuntimeError("from the implementation")
+
+
+def test_origin_is_the_innermost_frame_outside_the_fakes() -> None:
+    try:
+        _raise_here()
+    except RuntimeError as exc:
+        origin = summarize_exception(exc).origin
+    assert origin == 'test_endstate_unit.py:' + str(_raise_here.__code__.co_firstlineno + 1) \
+        + ': raise RuntimeError("from the implementation")'
+    from kvreg.fakes.cuda.fake_cuda import FakeCuda
+
+    fake = FakeCuda()
+    try:
+        fake.load_libcudart("libfoo.so")     # raises inside kvreg's fakes
+    except ValueError as exc:
+        inside = summarize_exception(exc).origin
+    assert inside.startswith("test_endstate_unit.py:")
+    assert "load_libcudart" in inside
+    assert summarize_exception(RuntimeError("never raised")).origin == ""
