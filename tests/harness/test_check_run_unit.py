@@ -7,6 +7,7 @@ rules' boundaries one at a time, so that a changed comparison or a dropped branc
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from kvreg.fakes.recorder import TraceEntry
@@ -329,3 +330,100 @@ def test_error_reported_names_the_failed_calls_offset_and_size() -> None:
     assert [v.rule for v in vs] == ["error-reported"]
     assert "returned by cudaHostRegister(kv_buffer+0x80, 96) (call #2)" in vs[0].message
     assert "cudaErrorMemoryAllocation (2, out of memory)" in vs[0].message
+
+
+SPEC2 = dataclasses.replace(SPEC, name="kv_buffer_2")
+BASE2 = BASE + 0x100000
+
+
+def two_buffers(trace: list[TraceEntry], first: dict[str, Any], second: dict[str, Any],
+                **kw: Any) -> RunRecord:
+    def run(i: int, spec: Any, base: int, o: dict[str, Any]) -> BufferRun:
+        err = o.get("error")
+        return BufferRun(i, spec, base, 64, err, None, o.get("registered", err is None),
+                         o.get("seq_start", 0), o.get("seq_end", 0),
+                         summarize_exception(err) if err is not None else None, 64)
+
+    return RunRecord(GEO, 128, kw.pop("expect", "success"), None,
+                     [run(0, SPEC, BASE, first), run(1, SPEC2, BASE2, second)], trace, **kw)
+
+
+def test_a_buffer_whose_register_never_ran_owns_no_call() -> None:
+    # the second buffer keeps BufferRun's default seq bounds: the failed call at seq 0 is the
+    # first buffer's (which raised), so nothing is swallowed by the second
+    trace = [reg(0, BASE, 128, code=2)]
+    r = two_buffers(trace, {"error": RuntimeError("failed with 2"), "seq_end": 5},
+                    {"registered": False}, expect="register-error")
+    assert "error-swallowed" not in rules(r)
+    assert BufferRun(1, SPEC2, BASE2, 64).seq_end == 0
+
+
+def test_only_the_first_unexpected_error_is_reported() -> None:
+    r = two_buffers([], {"error": ValueError("a"), "seq_start": 0, "seq_end": 5},
+                    {"error": ValueError("b"), "seq_start": 5, "seq_end": 9})
+    assert [v.message for v in check_run(r)] == ["register() of kv_buffer raised ValueError: a"]
+    r = two_buffers([reg(1, BASE, 128)], {"error": ValueError("a"), "seq_end": 5},
+                    {"error": ValueError("b"), "seq_start": 5, "seq_end": 9},
+                    expect="register-error")
+    assert rules(r) == ["unexpected-error"]
+
+
+def test_unexpected_error_names_the_failing_call_not_an_earlier_success() -> None:
+    trace = [reg(1, BASE, 128), unreg(2, BASE), reg(3, BASE + 128, 128, code=2)]
+    (v,) = [v for v in check_run(record(trace, error=MemoryError("x")))
+            if v.rule == "unexpected-error"]
+    assert "cudaHostRegister(kv_buffer+0x80, 128) returned 2" in v.message
+
+
+def test_the_per_call_ceiling_is_explained_in_gib() -> None:
+    big = 512 << 30
+    geo = make_geometry("mla", layout="page_first_direct", layer_num=1, kv_lora_rank=512,
+                        qk_rope_head_dim=64, dtype="bfloat16", page_size=64,
+                        page_num=(big // (576 * 2 * 64)) + 1)
+    spec = geo.buffers()[0]
+    b = BufferRun(0, spec, BASE, None, MemoryError("x"), None, False, 0, 5,
+                  summarize_exception(MemoryError("x")), None)
+    r = RunRecord(geo, 1 << 40, "success", 512 << 30, [b],
+                  [reg(1, BASE, spec.nbytes, code=2)])
+    (v,) = [v for v in check_run(r) if v.rule == "unexpected-error"]
+    gib = spec.nbytes / (1 << 30)
+    assert f": a single call of {gib:.1f} GiB is at or above the 512 GiB per-call ceiling of " \
+        "R580+ drivers; chunk it" in v.message
+
+
+def test_failed_calls_at_the_buffers_seq_bounds() -> None:
+    # a failed call at seq_start is the buffer's: not named -> error-reported; swallowed ->
+    # error-swallowed; a failed call at seq_end is not
+    at_start = record([reg(5, BASE, 128, code=2)], expect="register-error",
+                      error=RuntimeError("setup failed"), seq_start=5, seq_end=9)
+    assert rules(at_start) == ["error-reported"]
+    at_end = record([reg(9, BASE, 128, code=2)], expect="register-error",
+                    error=RuntimeError("setup failed"), seq_start=5, seq_end=9)
+    assert "error-reported" not in rules(at_end)
+    swallowed = record([reg(5, BASE, 128, code=2)], seq_start=5, seq_end=9)
+    assert "error-swallowed" in rules(swallowed)
+
+
+def test_rollback_counts_only_the_buffers_own_chunks() -> None:
+    # the success at seq 9 is the next buffer's: one earlier chunk, not two
+    trace = [reg(5, BASE, 128), reg(6, BASE + 128, 128, code=2), reg(9, BASE + 128, 64)]
+    r = record(trace, expect="register-error", error=RuntimeError("failed: 2"), seq_start=5,
+               seq_end=9, live_end=[(BASE, 128)])
+    (v,) = [v for v in check_run(r) if v.rule == "not-rolled-back"]
+    assert "no rollback (none of its 1 earlier chunk(s) was released" in v.message
+
+
+def test_a_rollback_fault_does_not_hide_the_next_leftover() -> None:
+    trace = [reg(1, BASE, 64), reg(2, BASE + 64, 64), reg(3, BASE + 128, 128, code=2),
+             unreg(4, BASE, code=1, injected=True)]
+    r = record(trace, expect="register-error", error=RuntimeError("failed: 2"),
+               live_end=[(BASE, 64), (BASE + 64, 64)])
+    vs = [v for v in check_run(r) if v.rule == "not-rolled-back"]
+    assert len(vs) == 1 and vs[0].message.startswith("chunk [kv_buffer+0x40, +64)")
+
+
+def test_teardown_raised_sorts_before_error_pending() -> None:
+    pend = [Pending("teardown", "cuda-bindings", 2, "cudaErrorMemoryAllocation")]
+    boom = (0, 0, RuntimeError("boom"))
+    r = record(_ok_run(), teardown_start=60, teardown_errors=[boom], pending=pend)
+    assert rules(r) == ["teardown-raised", "error-pending"]
