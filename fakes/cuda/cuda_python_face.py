@@ -361,8 +361,9 @@ class CudaBindingsFace(types.ModuleType):
         return self._e(code), v
 
     def getLocalRuntimeVersion(self) -> tuple[Any, int]:
-        """The version of the libcudart a ctypes load would give (the fake's), with or without a
-        driver (§9); the real helper dlopens through cuda.pathfinder, which cannot see a fake."""
+        """The fake libcudart's version, with or without a driver (§9).
+
+        The real helper dlopens libcudart through cuda.pathfinder, which cannot see a fake."""
         return self._e(0), self._kvreg_runtime.driver.profile.runtime_version
 
     def cudaDriverGetVersion(self) -> tuple[Any, int]:

@@ -178,6 +178,13 @@ class CQ(StandIns):
     def __len__(self) -> int:
         return len(self._entries)
 
+    def clean(self, qp_num: int) -> None:
+        """Drop the unpolled completions of one QP: what moving it to RESET does
+        (rdma-core providers/mlx5/verbs.c ``mlx5_modify_qp`` → ``mlx5_cq_clean``)."""
+        kept = [(wc, retire) for wc, retire in self._entries if wc.qp_num != qp_num]
+        self._entries.clear()
+        self._entries.extend(kept)
+
     def poll(self, num_entries: int = 1) -> tuple[int, list[WC]]:
         """Up to ``num_entries`` completions, oldest first; never blocks."""
         if self._closed:

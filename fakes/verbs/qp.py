@@ -206,6 +206,11 @@ class QP(StandIns):
             self._rq.clear()
             self._sq_outstanding.clear()
             self._stalled.clear()
+            # the QP's unpolled completions go too (mlx5_cq_clean on RESET); rdma-core's
+            # test_mr.py::test_mr_rereg_pd restates an errored QP and expects clean traffic
+            self.rcq.clean(self._qpn)
+            if self.scq is not self.rcq:
+                self.scq.clean(self._qpn)
             self._state = S.IBV_QPS_RESET
         else:
             self._state = S(target)

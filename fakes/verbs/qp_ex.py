@@ -80,10 +80,18 @@ class QPEx(QP):
     def wr_send(self) -> None:
         self._begin(int(_WR.IBV_WR_SEND), "IBV_QP_EX_WITH_SEND")
 
-    def wr_set_sge(self, lkey: int, addr: int, length: int) -> None:
-        self.wr_set_sge_list([SGE(addr, length, lkey)])
+    def wr_set_sge(self, sge: SGE) -> None:
+        """One SGE object, as pyverbs takes it (qp.pyx ``wr_set_sge(self, SGE sge not None)``
+        since v44; rdma-core tests/test_qpex.py passes ``SGE(addr, length, lkey)``)."""
+        if not isinstance(sge, SGE):
+            raise TypeError(f"Argument 'sge' has incorrect type (expected pyverbs.wr.SGE, got "
+                            f"{type(sge).__name__})")
+        self.wr_set_sge_list(1, [sge])
 
-    def wr_set_sge_list(self, sg_list: list[SGE]) -> None:
+    def wr_set_sge_list(self, num_sge: int, sg_list: list[SGE]) -> None:
+        """The first ``num_sge`` SGEs of ``sg_list`` (qp.pyx ``wr_set_sge_list(num_sge,
+        sg_list)``)."""
+        sg_list = list(sg_list)[:num_sge]
         if self._cur is None:
             raise PyverbsUserError("wr_set_sge needs a work request (wr_rdma_write, ...)")
         if not sg_list:

@@ -125,17 +125,29 @@ class ScenarioPlugin:
             # from the ini file, to the ini file's folder
             base = Path(cfg.invocation_params.dir) if cfg.getoption("--kvreg-impl") \
                 else _ini_folder(cfg)
+            # messages name the setting each value came from: the option or the ini key
+            o_impl, o_teardown, o_style = (
+                f"--kvreg-{n}" if cfg.getoption(f"--kvreg-{n}") else f"kvreg_{n}"
+                for n in ("impl", "teardown", "style"))
             self._impl = make_implementation(
                 cfg.getoption("--kvreg-impl") or cfg.getini("kvreg_impl") or None,
                 cfg.getoption("--kvreg-teardown") or cfg.getini("kvreg_teardown") or None,
                 cfg.getoption("--kvreg-style") or cfg.getini("kvreg_style") or None,
-                base=base)
+                base=base, options=(o_impl, o_teardown, o_style))
             pinning = cfg.getoption("--kvreg-pinning") or cfg.getini("kvreg_pinning") or None
             if pinning not in (None, "required", "optional"):
                 raise ImplementationError(f"kvreg_pinning must be 'required' or 'optional', "
                                           f"got {pinning!r}")
             self._impl.pinning = pinning
         return self._impl
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """A SPEC that cannot load, or a function the style cannot call, is a usage error
+        before any scenario runs (as ``kvreg run`` exits 2), not the same error per item."""
+        try:
+            self.implementation()
+        except ImplementationError as exc:
+            raise pytest.UsageError(f"kvreg: {exc}") from None
 
     def run(self, sc: Scenario) -> ScenarioResult:
         """One scenario in this session's supervised worker (started on first use)."""

@@ -32,8 +32,8 @@ from kvreg.harness.plan.chunking import reference_unit
 from kvreg.harness.pools import BufferSpec
 from kvreg.harness.pools.base import ExtentFamily
 
-__all__ = ["STYLES", "Implementation", "ImplementationError", "load_callable",
-           "make_implementation"]
+__all__ = ["STYLES", "STYLE_CALLS", "Implementation", "ImplementationError", "check_signature",
+           "load_callable", "make_implementation"]
 
 STYLES = ("reference", "sglang", "generic", "mooncake", "ctypes", "driver")
 # styles whose code reaches CUDA by itself: register(ptr, nbytes, ...) / teardown(ranges)
@@ -45,23 +45,63 @@ class ImplementationError(ValueError):
     """A SPEC that cannot be loaded, or a style that cannot run a scenario."""
 
 
-def load_callable(spec: str, base: Path | None = None) -> Callable[..., Any]:
+# how each style calls the two functions: the signature shown in usage errors, and the
+# positional arguments and keywords (placeholders) a signature must bind
+_P = None
+STYLE_CALLS: dict[str, tuple[tuple[str, tuple[Any, ...], tuple[str, ...]],
+                             tuple[str, tuple[Any, ...], tuple[str, ...]]]] = {
+    "sglang": (("register(buffer, granularity)", (_P, _P), ()),
+               ("teardown(buffer)", (_P,), ())),
+    "generic": (("register(cudart, ptr, nbytes, *, granularity, chunk_limit)", (_P, 0, 0),
+                 ("granularity", "chunk_limit")),
+                ("teardown(cudart, ranges)", (_P, _P), ())),
+    "ctypes": (("register(ptr, nbytes, *, granularity, chunk_limit)", (0, 0),
+                ("granularity", "chunk_limit")),
+               ("teardown(ranges)", (_P,), ())),
+    "mooncake": (("register(store, ptr, nbytes, *, max_mr_size, granularity)", (_P, 0, 0),
+                  ("max_mr_size", "granularity")),
+                 ("teardown(store, ranges)", (_P, _P), ())),
+}
+STYLE_CALLS["driver"] = STYLE_CALLS["ctypes"]
+
+
+def check_signature(fn: Callable[..., Any], style: str, role: int, option: str,
+                    spec: str) -> None:
+    """Refuse, before anything runs, a function the style's call cannot bind to
+    (``role`` 0: register, 1: teardown); a signature Python cannot read is taken as is."""
+    expected, args, keywords = STYLE_CALLS[style][role]
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind(*args, **dict.fromkeys(keywords))
+    except TypeError as exc:
+        name = getattr(fn, "__name__", type(fn).__name__)
+        raise ImplementationError(
+            f"{option} {spec!r}: {name}{sig} cannot take the {style} style's call "
+            f"{expected} ({exc})") from None
+
+
+def load_callable(spec: str, base: Path | None = None,
+                  option: str = "--impl") -> Callable[..., Any]:
     """``file.py:function`` or ``package.module:function`` -> the function.
 
     A relative ``file.py`` is resolved against ``base`` (the current folder by default: the
     CLI; the ini file's folder: the plugin), and its folder goes first on ``sys.path``, as
-    ``python file.py`` would put it, so the file can import its neighbours.
+    ``python file.py`` would put it, so the file can import its neighbours. Errors name
+    ``option``, the setting the SPEC came from.
     """
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr:
-        raise ImplementationError(f"--impl {spec!r}: expected file.py:function or "
+        raise ImplementationError(f"{option} {spec!r}: expected file.py:function or "
                                   "package.module:function")
     if target.endswith(".py"):
         path = Path(target)
         if not path.is_absolute():
             path = (base or Path.cwd()) / path
         if not path.is_file():
-            raise ImplementationError(f"--impl {spec!r}: no such file {path}")
+            raise ImplementationError(f"{option} {spec!r}: no such file {path}")
         path = path.resolve()
         folder = str(path.parent)
         if folder in sys.path:
@@ -72,24 +112,24 @@ def load_callable(spec: str, base: Path | None = None) -> Callable[..., Any]:
         if module is None:
             loader_spec = importlib.util.spec_from_file_location(name, path)
             if loader_spec is None or loader_spec.loader is None:
-                raise ImplementationError(f"--impl {spec!r}: cannot import {target}")
+                raise ImplementationError(f"{option} {spec!r}: cannot import {target}")
             module = importlib.util.module_from_spec(loader_spec)
             sys.modules[name] = module
             try:
                 loader_spec.loader.exec_module(module)
             except Exception as exc:
                 del sys.modules[name]
-                raise ImplementationError(f"--impl {spec!r}: importing {target} failed: "
+                raise ImplementationError(f"{option} {spec!r}: importing {target} failed: "
                                           f"{type(exc).__name__}: {exc}") from None
     else:
         try:
             module = importlib.import_module(target)
         except Exception as exc:
-            raise ImplementationError(f"--impl {spec!r}: cannot import {target}: "
+            raise ImplementationError(f"{option} {spec!r}: cannot import {target}: "
                                       f"{type(exc).__name__}: {exc}") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise ImplementationError(f"--impl {spec!r}: {target} has no function {attr!r}")
+        raise ImplementationError(f"{option} {spec!r}: {target} has no function {attr!r}")
     return fn  # type: ignore[no-any-return]
 
 
@@ -194,31 +234,39 @@ class Implementation:
 
 
 def make_implementation(impl: str | None = None, teardown: str | None = None,
-                        style: str | None = None, *, base: Path | None = None
+                        style: str | None = None, *, base: Path | None = None,
+                        options: tuple[str, str, str] = ("--impl", "--teardown", "--style")
                         ) -> Implementation:
     """Build an Implementation from CLI/ini values (all None: kvreg's reference).
 
     ``base`` is the folder relative ``file.py`` specs are resolved against (default: the
-    current folder).
+    current folder); ``options`` are the names of the three settings, for the messages (the
+    plugin passes its own). Both functions must accept the style's call: checked here, so a
+    wrong signature is one usage error, not the same TypeError in every scenario.
     """
+    o_impl, o_teardown, o_style = options
     if impl is None:
         if teardown is not None:
-            raise ImplementationError("--teardown needs --impl")
+            raise ImplementationError(f"{o_teardown} needs {o_impl}")
         if style not in (None, "reference"):
-            raise ImplementationError(f"--style {style} needs --impl")
+            raise ImplementationError(f"{o_style} {style} needs {o_impl}")
         return Implementation("reference", "kvreg reference")
     style = style or "sglang"
     if style not in STYLES or style == "reference":
-        raise ImplementationError(f"--style must be one of sglang, generic, mooncake, ctypes, "
-                                  f"driver; got {style!r}")
-    register_fn = load_callable(impl, base)
+        raise ImplementationError(f"{o_style} must be one of sglang, generic, mooncake, "
+                                  f"ctypes, driver; got {style!r}")
+    register_fn = load_callable(impl, base, o_impl)
+    check_signature(register_fn, style, 0, o_impl, impl)
     if teardown == "close":
         if style != "mooncake":
-            raise ImplementationError("--teardown close closes a Mooncake store: it needs "
-                                      "--style mooncake")
+            raise ImplementationError(f"{o_teardown} close closes a Mooncake store: it needs "
+                                      f"{o_style} mooncake")
         return Implementation(style, impl, register_fn, None, teardown_close=True)
+    label = o_teardown
     if teardown is None:
         module_name, _, _ = impl.rpartition(":")
         teardown = f"{module_name}:teardown"
-    teardown_fn = load_callable(teardown, base)
+        label = f"{o_teardown} (not given: 'teardown' next to {o_impl})"
+    teardown_fn = load_callable(teardown, base, label)
+    check_signature(teardown_fn, style, 1, label, teardown)
     return Implementation(style, impl, register_fn, teardown_fn)

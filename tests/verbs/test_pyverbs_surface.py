@@ -222,10 +222,18 @@ def test_qpex_rdma_write_and_read_with_cqex(fabric: Fabric, kit: Any) -> None:
     qp.wr_start()
     qp.wr_id, qp.wr_flags = 10, 2
     qp.wr_rdma_write(dmr.rkey, dst.ctypes.data)
-    qp.wr_set_sge(smr.lkey, src.ctypes.data, 256)
+    W = a.mods["pyverbs.wr"]
+    # pyverbs takes one SGE object (qp.pyx wr_set_sge(self, SGE sge not None), v44 on;
+    # rdma-core tests/test_qpex.py), and a count with a list for wr_set_sge_list
+    with pytest.raises(TypeError):
+        qp.wr_set_sge(smr.lkey, src.ctypes.data, 256)
+    with pytest.raises(TypeError, match="SGE"):
+        qp.wr_set_sge(smr.lkey)
+    qp.wr_set_sge(W.SGE(src.ctypes.data, 256, smr.lkey))
     qp.wr_id = 11
     qp.wr_rdma_read(dmr.rkey, dst.ctypes.data)
-    qp.wr_set_sge(bmr.lkey, back.ctypes.data, 256)
+    qp.wr_set_sge_list(1, [W.SGE(back.ctypes.data, 256, bmr.lkey),
+                           W.SGE(src.ctypes.data, 1, smr.lkey)])
     qp.wr_complete()
     poll = a.mods["pyverbs.cq"].PollCqAttr()
     cq = a.cq

@@ -11,8 +11,8 @@ import pytest
 
 from kvreg.fakes.verbs import Fabric, PyverbsRDMAError, PyverbsUserError
 from kvreg.fakes.verbs.enums import ibv_access_flags as A
+from kvreg.fakes.verbs.enums import ibv_qp_attr_mask, ibv_send_flags
 from kvreg.fakes.verbs.enums import ibv_qp_state as S
-from kvreg.fakes.verbs.enums import ibv_send_flags
 from kvreg.fakes.verbs.enums import ibv_wc_opcode as WO
 from kvreg.fakes.verbs.enums import ibv_wc_status as ST
 from kvreg.fakes.verbs.enums import ibv_wr_opcode as OP
@@ -318,3 +318,28 @@ def test_ib_lid_addressing_and_signaled_flag(fabric: Fabric, kit: Any) -> None:
                              flags=int(ibv_send_flags.IBV_SEND_SIGNALED)))
     assert [w.status for w in a.poll_all()] == [0]
     assert np.array_equal(dst, src)
+
+
+def test_reset_drops_the_qps_unpolled_completions(pair: Pair) -> None:
+    # rdma-core tests/test_mr.py::test_mr_rereg_pd stops polling at the error, restates the QP
+    # (RESET, INIT, RTR, RTS) and expects the next traffic's completions first: moving a QP to
+    # RESET cleans its entries from its CQs (providers/mlx5/verbs.c mlx5_modify_qp calls
+    # mlx5_cq_clean); another QP's completions on the same CQ stay
+    a, b = pair
+    W, Q = a.mods["pyverbs.wr"], a.mods["pyverbs.qp"]
+    buf = a.buffer(4096)
+    mr = a.mr(buf)
+    a.qp.post_recv(W.RecvWR(wr_id=5, num_sge=1, sg=[a.sge(buf.ctypes.data, 64, mr.lkey)]))
+    a.qp.post_send(a.send_wr(WRITE, [a.sge(buf.ctypes.data, 8, mr.lkey + 1)], rkey=1,
+                             remote=1))
+    n, first = a.cq.poll(1)
+    assert n == 1 and first[0].status == ST.IBV_WC_LOC_PROT_ERR
+    other = a.mods["pyverbs.cq"].WC(wr_id=77, qp_num=a.qp.qp_num + 1000)
+    a.cq.push(other)
+    assert len(a.cq) == 2                        # the recv's flush, and the other QP's entry
+    attr = Q.QPAttr()
+    attr.qp_state = int(S.IBV_QPS_RESET)
+    a.qp.modify(attr, int(ibv_qp_attr_mask.IBV_QP_STATE))
+    assert a.qp.qp_state == S.IBV_QPS_RESET
+    assert [w.wr_id for w in a.poll_all()] == [77]
+    assert b.poll_all() == []
