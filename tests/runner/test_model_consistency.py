@@ -15,6 +15,8 @@ transfers step in (copying every page extent through ``cudaMemcpyBatchAsync``), 
 from __future__ import annotations
 
 import dataclasses
+import re
+from pathlib import Path
 
 import pytest
 
@@ -24,7 +26,7 @@ from kvreg.harness.run.isolation import capture_logs
 from kvreg.harness.run.result import CallBudgetExceeded, Violation
 from kvreg.harness.run.target import SkipScenario
 from kvreg.harness.run.targets import get_target
-from kvreg.harness.scenario import Scenario
+from kvreg.harness.scenario import Scenario, ScenarioError, load_file
 
 from .conftest import IMPLS
 
@@ -169,3 +171,34 @@ def test_a_layer_first_seam_between_pages_names_the_direct_path(by_id) -> None: 
         "(K layer 28) of 37093376 bytes, 35127296 bytes into it (1 more misaligned seam(s) "
         "cut a copy); kvreg copies each page apart")
     assert RUN in msg and UNC in msg
+
+
+@pytest.mark.parametrize(("options", "words"), [
+    ('{ copy_across_registrations = "maybe" }',
+     "profile option copy_across_registrations must be one of 'reject', 'allow'; got 'maybe'"),
+    ("{ per_call_limit = 1 }", "unknown [UNC] profile option 'per_call_limit'"),
+    ('"allow"', "a table of [UNC] profile options"),
+])
+def test_profile_options_are_checked(tmp_path: Path, options: str, words: str) -> None:
+    path = tmp_path / "mla.toml"
+    path.write_text(
+        'format = 1\n[pool]\ntype = "mla"\nparams = { layout = "page_first", layer_num = 61, '
+        'kv_lora_rank = 512, qk_rope_head_dim = 64, dtype = "bfloat16", page_size = 64 }\n'
+        f'[[scenario]]\nname = "x"\npages = 1\nprofile_options = {options}\n'
+        'guards = "an unknown [UNC] option is refused"\n')
+    with pytest.raises(ScenarioError, match=re.escape(words)):
+        load_file(path)
+
+
+def test_profile_options_reach_the_fake(tmp_path: Path) -> None:
+    path = tmp_path / "mla.toml"
+    path.write_text(
+        'format = 1\n[pool]\ntype = "mla"\nparams = { layout = "page_first", layer_num = 61, '
+        'kv_lora_rank = 512, qk_rope_head_dim = 64, dtype = "bfloat16", page_size = 64 }\n'
+        '[[scenario]]\nname = "x"\npages = 1\n'
+        'profile_options = { copy_across_registrations = "allow" }\n'
+        'guards = "the option switches the fake\'s copy rule"\n')
+    (sc,) = load_file(path)
+    world = get_target("cuda").build(sc, make_implementation(), "fake")
+    assert world.fake.profile.copy_across_registrations == "allow"
+    assert world.record.copy_across == "allow"
