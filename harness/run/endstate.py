@@ -230,8 +230,13 @@ def check_registered(buffers: Sequence[BufferEnd], pinning: str,
     return out
 
 
-def check_seams_aligned(buffers: Sequence[BufferEnd], seq: int) -> list[Violation]:
-    """Each seam between two live registrations of a buffer on a multiple of its unit."""
+def check_seams_aligned(buffers: Sequence[BufferEnd], seq: int,
+                        cuts_nothing: Callable[[BufferEnd, int], bool] | None = None
+                        ) -> list[Violation]:
+    """Each seam between two live registrations of a buffer on a multiple of its unit.
+
+    ``cuts_nothing(buffer, offset)`` drops a seam no transfer crosses (bytes never copied).
+    """
     out: list[Violation] = []
     for b in buffers:
         if b.unit is None or b.unit <= 0 or len(b.live) < 2:
@@ -240,7 +245,8 @@ def check_seams_aligned(buffers: Sequence[BufferEnd], seq: int) -> list[Violatio
                         if p >= b.base and p + s <= b.base + b.nbytes)
         seams = sorted({off for off, _ in inside if off > 0}
                        | {off + s for off, s in inside if off + s < b.nbytes})
-        bad = [x for x in seams if x % b.unit]
+        bad = [x for x in seams if x % b.unit
+               and not (cuts_nothing is not None and cuts_nothing(b, x))]
         if not bad:
             continue
         x = bad[0]
