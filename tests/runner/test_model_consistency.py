@@ -202,3 +202,28 @@ def test_profile_options_reach_the_fake(tmp_path: Path) -> None:
     world = get_target("cuda").build(sc, make_implementation(), "fake")
     assert world.fake.profile.copy_across_registrations == "allow"
     assert world.record.copy_across == "allow"
+
+
+MOONCAKE_IMPLS = ("fastdeploy_chunker", "other_mr_size", "sglang_one_call",
+                  "retry_rollback_all", "reference")
+
+
+@pytest.mark.parametrize("name", MOONCAKE_IMPLS)
+def test_mr_seams_agree_with_the_store_transfers(name: str, catalog) -> None:  # type: ignore[no-untyped-def]
+    """On the Mooncake target a seams-aligned violation of a run whose pages were put and
+    read back comes with the transfer failure of the object that MR seam cuts (§1.7)."""
+    root = Path(__file__).resolve().parents[1] / "mooncake_scenarios" / "impls"
+    impl = make_implementation() if name == "reference" else make_implementation(
+        f"{root / name}.py:register", f"{root / name}.py:teardown", "mooncake")
+    judged = 0
+    for sc in catalog:
+        if sc.target != "mooncake":
+            continue
+        result = run_scenario(sc, impl)
+        seams = [v for v in result.violations if v.rule == "seams-aligned"]
+        if not seams or result.copy is None:    # no seam, or a register raised: no I/O
+            continue
+        judged += 1
+        assert any(v.rule != "seams-aligned" and "cut by the MR seam" in v.message
+                   for v in result.violations), (sc.id, result.violations)
+    assert judged > 0 if name == "fastdeploy_chunker" else judged == 0
