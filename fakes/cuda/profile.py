@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["PROFILES", "DeviceProfile", "get_profile"]
+__all__ = ["PROFILES", "UNC_OPTIONS", "DeviceProfile", "get_profile", "profile_with_options"]
 
 GiB = 1 << 30
 # docs/cuda-runtime.md §2.2: 2^39 bytes or more -> 2 on R580+ [OBS-ext]
@@ -179,3 +179,28 @@ def get_profile(profile: str | DeviceProfile | None = None) -> DeviceProfile:
         raise ValueError(
             f"unknown device profile {profile!r}; known: {', '.join(sorted(PROFILES))}"
         ) from None
+
+
+# The [UNC] behaviours a scenario may switch (``profile_options``), with the values each takes:
+# a verdict that rests on one of them names the option and how to flip it.
+UNC_OPTIONS: dict[str, tuple[Any, ...]] = {
+    "copy_across_registrations": ("reject", "allow"),      # docs/cuda-runtime.md §5.4
+    "overlap_granularity": ("byte", "page"),                # §2.2
+    "host_get_flags_on_registered": ("flags", "invalid"),   # §4
+    "pointer_attributes_interior": ("queried", "base"),     # §4
+}
+
+
+def profile_with_options(profile: str | DeviceProfile | None,
+                         options: dict[str, Any] | None = None) -> DeviceProfile:
+    """``profile`` with some [UNC] behaviours switched; ValueError names a bad option."""
+    base = get_profile(profile)
+    for key, value in (options or {}).items():
+        allowed = UNC_OPTIONS.get(key)
+        if allowed is None:
+            raise ValueError(f"unknown [UNC] profile option {key!r}; known: "
+                             f"{', '.join(sorted(UNC_OPTIONS))}")
+        if value not in allowed:
+            raise ValueError(f"profile option {key} must be one of "
+                             f"{', '.join(repr(a) for a in allowed)}; got {value!r}")
+    return base.replace(**options) if options else base

@@ -22,13 +22,14 @@ from kvreg.harness.run.endstate import (
     check_error_pending,
     check_error_reported,
     check_registered,
-    check_seams_aligned,
     fully_registered,
     live_ranges,
     recovered_warnings,
     rollback_phrase,
 )
 from kvreg.harness.run.result import Violation, whole_message
+
+from .seam_cuts import check_cuda_seams, cuts_of
 
 __all__ = ["BufferRun", "RunRecord", "Violation", "buffer_ends", "check_run", "check_warnings"]
 
@@ -72,6 +73,8 @@ class RunRecord:
     logs: list[str] = field(default_factory=list)
     pinning: str = "required"              # "optional": nothing registered also passes
     pending: list[Pending] = field(default_factory=list)   # last errors left per runtime
+    # the device profile's [UNC] copy rule (docs/cuda-runtime.md §5.4): decides seams-aligned
+    copy_across: str = "reject"
 
 
 def _where(record: RunRecord, ptr: int) -> str:
@@ -188,7 +191,7 @@ def check_run(r: RunRecord) -> list[Violation]:
 
     # the end state: what is registered, where the seams are, what was raised and left pending
     out += check_registered(ends, r.pinning, skip=swallowed)
-    out += check_seams_aligned([e for e in ends if e.returned], (1 << 40) + 1)
+    out += _seams(r, ends)[0]
     out += check_error_reported(ends)
     out += check_error_pending(r.pending, fallback=fallback)[0]
 
@@ -272,6 +275,22 @@ def buffer_ends(r: RunRecord) -> list[BufferEnd]:
     return out
 
 
+def _index(r: RunRecord, end: BufferEnd) -> int:
+    return next(b.index for b in r.buffers if b.spec.name == end.label)
+
+
+def _seams(r: RunRecord, ends: list[BufferEnd]) -> tuple[list[Violation], list[Violation]]:
+    """seams-aligned: (violations, warnings) for the buffers whose register returned."""
+    returned = [e for e in ends if e.returned]
+    if not returned:
+        return [], []
+    specs = r.geometry.buffers()
+    indexes = [_index(r, e) for e in returned]
+    families = r.geometry.extent_families() if r.geometry.has_page_meta else None
+    return check_cuda_seams(returned, [specs[i] for i in indexes], indexes, families,
+                            r.copy_across, (1 << 40) + 1)
+
+
 def _fell_back(r: RunRecord, ends: list[BufferEnd]) -> bool:
     """An optional pinning that registered nothing and raised nothing."""
     return (r.pinning == "optional" and bool(ends) and all(e.returned for e in ends)
@@ -281,7 +300,11 @@ def _fell_back(r: RunRecord, ends: list[BufferEnd]) -> bool:
 def check_warnings(r: RunRecord) -> list[Violation]:
     """What passes but deserves a line in the report: recovered failures, pending errors."""
     ends = buffer_ends(r)
-    out = recovered_warnings(ends)
+    specs = r.geometry.buffers()
+    families = r.geometry.extent_families() if r.geometry.has_page_meta else None
+    out = recovered_warnings(ends, lambda e: bool(cuts_of(
+        e, specs[_index(r, e)], families, _index(r, e))))
+    out += _seams(r, ends)[1]
     out += check_error_pending(r.pending, fallback=_fell_back(r, ends))[1]
     out.sort(key=lambda v: v.seq)
     return out

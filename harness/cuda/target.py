@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager, ExitStack
 from typing import TYPE_CHECKING, Any
 
 from kvreg.fakes.cuda.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.profile import profile_with_options
 from kvreg.fakes.patching import patch_torch_cudart
 from kvreg.harness.plan.chunking import PlanError, reference_unit
 from kvreg.harness.run.endstate import Pending, summarize_exception
@@ -230,7 +231,7 @@ class CudaTarget:
             buffers = (empty_buffers(fake.space, specs) if sc.empty
                        else allocate_pinnable(geometry, fake))
         else:
-            fake = FakeCuda(sc.profile)
+            fake = FakeCuda(profile_with_options(sc.profile, dict(sc.profile_options)))
             buffers = (empty_buffers(fake.space, specs) if sc.empty
                        else allocate(geometry, fake.space, real=sc.memory == "real"))
         for spec_dict in sc.faults:
@@ -246,7 +247,8 @@ class CudaTarget:
                                   (), spec.cuda_registered)
             runs.append(BufferRun(i, spec, int(buffers[i].data_ptr()), None))
         record = RunRecord(geometry, sc.chunk_limit, sc.expect, fake.profile.per_call_limit,
-                           runs, [], exercised=sc.exercise, pinning=impl.pinning or sc.pinning)
+                           runs, [], exercised=sc.exercise, pinning=impl.pinning or sc.pinning,
+                           copy_across=str(fake.profile.copy_across_registrations))
         families = geometry.extent_families() if geometry.has_page_meta else None
         for b in runs:   # the copy unit seams are judged against (the reference's)
             try:

@@ -31,7 +31,8 @@ from kvreg.harness.run.result import Violation, whole_message
 
 from .io import IoFailure, PoolBuffer
 
-__all__ = ["McBuffer", "McRecord", "buffer_ends", "check_mooncake_run", "mooncake_warnings"]
+__all__ = ["McBuffer", "McRecord", "buffer_ends", "check_mooncake_run", "mooncake_warnings",
+           "seam_in_uncopied_bytes"]
 
 INVALID = -600
 
@@ -74,6 +75,14 @@ class McRecord:
     engine_splits_mrs: bool = False
 
 
+def seam_in_uncopied_bytes(r: McRecord, end: BufferEnd, offset: int) -> bool:
+    """Whether ``offset`` of ``end``'s buffer lies in bytes no put or get addresses (the DSA
+    indexer's spare rows, docs/pools.md §2.5): an MR seam there cuts no object."""
+    b = next((b for b in r.buffers if b.pool.label == end.label), None)
+    return b is not None and any(not g.copied and g.offset <= offset <= g.end
+                                 for g in b.pool.spec.regions)
+
+
 def _node(e: TraceEntry) -> str:
     return e.face.split(":", 1)[1]
 
@@ -114,7 +123,8 @@ def check_mooncake_run(r: McRecord) -> list[Violation]:
     swallowed = _check_failures(r, regs, out, ends)
     out += check_registered(ends, r.pinning, skip=swallowed)
     if r.seams_matter:
-        out += check_seams_aligned([e for e in ends if e.returned], (1 << 40) + 1)
+        out += check_seams_aligned([e for e in ends if e.returned], (1 << 40) + 1,
+                                   lambda end, x: seam_in_uncopied_bytes(r, end, x))
     out += check_error_reported(ends)
     for f in r.io_failures:
         out.append(Violation(f.rule, f.sentence, f.seq))
@@ -204,7 +214,8 @@ def _fell_back(r: McRecord, ends: list[BufferEnd]) -> bool:
 
 def mooncake_warnings(r: McRecord) -> list[Violation]:
     """Failed register_buffer calls the implementation recovered from."""
-    return recovered_warnings(buffer_ends(r))
+    return recovered_warnings(buffer_ends(r), lambda end: bool(check_seams_aligned(
+        [end], 0, lambda e, x: seam_in_uncopied_bytes(r, e, x))))
 
 
 def _check_failures(r: McRecord, regs: list[TraceEntry], out: list[Violation],

@@ -43,23 +43,28 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Region:
-    """A named byte range of a buffer (e.g. "K half"), from the buffer base; used for drawing."""
+    """A named byte range of a buffer (e.g. "K half"), from the buffer base; used for drawing.
+
+    ``copied`` is False for bytes upstream allocates but no transfer ever touches (the DSA
+    indexer's spare trailing rows, docs/pools.md §2.5): a seam there cuts no copy.
+    """
 
     name: str
     offset: int
     nbytes: int
+    copied: bool = True
 
     @property
     def end(self) -> int:
         return self.offset + self.nbytes
 
 
-def regions_in_order(*parts: tuple[str, int]) -> tuple[Region, ...]:
-    """Lay (name, nbytes) parts back to back from offset 0."""
+def regions_in_order(*parts: tuple[str, int] | tuple[str, int, bool]) -> tuple[Region, ...]:
+    """Lay (name, nbytes) or (name, nbytes, copied) parts back to back from offset 0."""
     regions: list[Region] = []
     offset = 0
-    for name, nbytes in parts:
-        regions.append(Region(name, offset, nbytes))
+    for name, nbytes, *copied in parts:
+        regions.append(Region(name, offset, nbytes, *copied))
         offset += nbytes
     return tuple(regions)
 

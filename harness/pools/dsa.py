@@ -58,14 +58,18 @@ class DSAIndexerGeometry(PoolGeometry):
             # Transfers are page rows of t*P bytes inside one layer slab; the direct path groups
             # consecutive rows, so the copy unit is the layer slab rows*t*P (docs/pools.md §2.5,
             # §5.2).
+            # The spare rows of each slab are allocated but never addressed: host indices stay
+            # below S, so page rows stop at N (docs/pools.md §2.5).
             slab = rows * stride
+            used, spare = self.page_num * stride, (rows - self.page_num) * stride
             buf = BufferSpec(
                 "index_k_with_scale_buffer",
                 (L, rows, stride),
                 self.dtype,
                 None,
                 slab,
-                regions_in_order(*[(f"layer {i}", slab) for i in range(L)]),
+                regions_in_order(*[part for i in range(L) for part in (
+                    (f"layer {i}", used), (f"layer {i} spare rows", spare, False))]),
             )
         else:
             page = self.indexer_layout_dim
@@ -77,7 +81,8 @@ class DSAIndexerGeometry(PoolGeometry):
                 page,
                 regions_in_order(
                     ("pages", self.page_num * page),
-                    ("spare pages", (rows - self.page_num) * page),
+                    # never addressed: host indices stay below S (docs/pools.md §2.5)
+                    ("spare pages", (rows - self.page_num) * page, False),
                 ),
             )
         self._buffers = (buf,)

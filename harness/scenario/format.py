@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvreg.fakes.cuda.profile import PROFILES
+from kvreg.fakes.cuda.profile import PROFILES, profile_with_options
 from kvreg.fakes.faults import FaultPlan, FaultPlanError
 from kvreg.harness.pools import (
     POOL_TYPES,
@@ -39,7 +39,8 @@ MEMORY = ("virtual", "real")
 STYLES = ("sglang", "generic", "mooncake")
 _SCENARIO_KEYS = {"name", "guards", "pages", "total_gib", "chunk_gb", "chunk_bytes",
                   "profile", "faults", "exercise", "expect", "memory", "empty", "params",
-                  "call_budget", "tags", "backends", "target", "mooncake", "pinning"}
+                  "call_budget", "tags", "backends", "target", "mooncake", "pinning",
+                  "profile_options"}
 _TOP_KEYS = {"format", "pool", "defaults", "scenario"}
 _POOL_KEYS = {"type", "params", "memory"}
 
@@ -74,6 +75,8 @@ class Scenario:
     mooncake: Mapping[str, Any] = field(default_factory=dict)
     # "required": register must pin every byte; "optional": pinning nothing also passes
     pinning: str = "required"
+    # [UNC] behaviours of the device profile switched for this scenario (profile.UNC_OPTIONS)
+    profile_options: Mapping[str, Any] = field(default_factory=dict)
 
     def geometry(self) -> PoolGeometry:
         return make_geometry(self.pool_type, **dict(self.params))
@@ -181,6 +184,15 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
     profile = merged.get("profile", "h200-r580")
     if profile not in PROFILES:
         ctx.fail("profile", f"one of {sorted(PROFILES)}", profile)
+    profile_options = merged.get("profile_options", {})
+    try:
+        if not isinstance(profile_options, Mapping):
+            raise ValueError("a table of [UNC] profile options")
+        profile_with_options(PROFILES.get(str(profile)), dict(profile_options))
+    except ValueError as exc:
+        ctx.fail("profile_options", f"[UNC] options of the device profile ({exc})",
+                 profile_options)
+        profile_options = {}
     target = merged.get("target", "cuda")
     # the target validates its own table and steps; importing it also declares its fakes'
     # fault points (mooncake.*, verbs.*) before the faults are checked
@@ -263,7 +275,8 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
                     profile=str(profile), faults=tuple(dict(f) for f in faults),
                     exercise=tuple(exercise), expect=str(expect), empty=bool(empty),
                     call_budget=budget, tags=tuple(tags), backends=tuple(backends),
-                    target=str(target), mooncake=dict(mooncake_opts), pinning=str(pinning))
+                    target=str(target), mooncake=dict(mooncake_opts), pinning=str(pinning),
+                    profile_options=dict(profile_options))
 
 
 def load_file(path: Path, root: Path | None = None) -> list[Scenario]:

@@ -323,3 +323,29 @@ def test_pd_decode_seam_is_a_remote_access_error(tmp_path: Path) -> None:
         "page 8 of the K half of kv_buffer on decode [1048576, 1179648) is cut by the MR seam "
         "at offset 1114112")
     assert result.first_violation.endswith("completed with IBV_WC_REM_ACCESS_ERR (10)")
+
+
+DSA_POOL = ('type = "dsa_indexer"\nparams = { layout = "page_first", layer_num = 4, '
+            'index_head_dim = 64, quant_block_size = 64, page_size = 16 }\nmemory = "real"')
+SPLIT_AT = """
+def register(store: Any, ptr: int, nbytes: int, *, max_mr_size: int,
+             granularity: int | None) -> list:
+    seam = nbytes - ({back} * granularity) + granularity // 2
+    ranges = [(ptr, seam), (ptr + seam, nbytes - seam)]
+    for p, s in ranges:
+        assert store.register_buffer(p, s) == 0
+    return ranges
+"""
+
+
+def test_an_mr_seam_in_the_dsa_spare_row_cuts_no_object(tmp_path: Path) -> None:
+    """The DSA indexer's last row is allocated but never put or read (docs/pools.md §2.5):
+    an MR seam inside it cuts no object; the same seam one row earlier cuts a real page."""
+    spare = run_scenario(scenario(tmp_path, "", pool=DSA_POOL, pages=8),
+                         user(tmp_path, SPLIT_AT.format(back=1)))
+    assert spare.verdict == "pass", spare.violations
+    page = run_scenario(scenario(tmp_path, "", pool=DSA_POOL, pages=8),
+                        user(tmp_path, SPLIT_AT.format(back=2)))
+    assert "seams-aligned" in rules(page)
+    assert any(v.rule != "seams-aligned" and "cut by the MR seam" in v.message
+               for v in page.violations), page.violations

@@ -156,7 +156,11 @@ def test_seams_are_judged_without_any_copy(tmp_path: Path, load_impl) -> None:
     assert result.first_violation == (
         "a seam between two registrations of kv_buffer lies at offset 1073741824 "
         "(kv_buffer+0x40000000), which cuts copy page 238 [1070383104, 1074880512) of 4497408 "
-        "bytes: 3358720 bytes into it (1 more misaligned seam(s))")
+        "bytes: 3358720 bytes into it (1 more misaligned seam(s) cut a copy); the batch copy "
+        "of that page spans two registrations, which fails under [UNC] docs/cuda-runtime.md "
+        "§5.4: the device profile has copy_across_registrations = \"reject\"; a scenario with "
+        "profile_options = { copy_across_registrations = \"allow\" } treats such a copy as "
+        "pinned")
     assert run_scenario(sc, make_implementation()).verdict == "pass"
 
 
