@@ -32,6 +32,8 @@ from kvreg.harness.plan.chunking import reference_unit
 from kvreg.harness.pools import BufferSpec
 from kvreg.harness.pools.base import ExtentFamily
 
+from .process import EnvRead, installed, watching_env
+
 __all__ = ["STYLES", "Implementation", "ImplementationError", "load_callable",
            "make_implementation"]
 
@@ -105,6 +107,27 @@ class Implementation:
     pinning: str | None = None
     # mooncake style: teardown is closing the store (``--teardown close``)
     teardown_close: bool = False
+    # how it was loaded (impl, teardown, style, base), so a worker can import it anew with
+    # its configuration set (harness/run/process.py); the modules that load added; the
+    # watched environment variables they read while importing
+    sources: tuple[str | None, str | None, str | None, Path | None] | None = None
+    modules: tuple[str, ...] = ()
+    import_reads: tuple[EnvRead, ...] = ()
+
+    def reloaded(self) -> Implementation:
+        """The same implementation imported anew: the modules its load added are dropped
+        first, except installed packages' (:func:`~.process.installed`)."""
+        if self.sources is None:
+            return self
+        for name in self.modules:
+            module = sys.modules.get(name)
+            if module is not None and not installed(module):
+                del sys.modules[name]
+        impl, teardown, style, base = self.sources
+        fresh = make_implementation(impl, teardown, style, base=base)
+        fresh.pinning = self.pinning
+        fresh.import_reads = self.import_reads + fresh.import_reads
+        return fresh
 
     def granularity(self, spec: BufferSpec, limit: int,
                     families: Sequence[ExtentFamily] | None, index: int) -> int | None:
@@ -211,14 +234,20 @@ def make_implementation(impl: str | None = None, teardown: str | None = None,
     if style not in STYLES or style == "reference":
         raise ImplementationError(f"--style must be one of sglang, generic, mooncake, ctypes, "
                                   f"driver; got {style!r}")
-    register_fn = load_callable(impl, base)
+    if teardown == "close" and style != "mooncake":
+        raise ImplementationError("--teardown close closes a Mooncake store: it needs "
+                                  "--style mooncake")
+    before = set(sys.modules)
+    with watching_env() as reads:
+        register_fn = load_callable(impl, base)
+        teardown_spec = teardown
+        if teardown is None:
+            module_name, _, _ = impl.rpartition(":")
+            teardown_spec = f"{module_name}:teardown"
+        teardown_fn = None if teardown == "close" else load_callable(str(teardown_spec), base)
+    loaded = dict(sources=(impl, teardown, style, base),
+                  modules=tuple(sorted(set(sys.modules) - before)),
+                  import_reads=tuple(reads))
     if teardown == "close":
-        if style != "mooncake":
-            raise ImplementationError("--teardown close closes a Mooncake store: it needs "
-                                      "--style mooncake")
-        return Implementation(style, impl, register_fn, None, teardown_close=True)
-    if teardown is None:
-        module_name, _, _ = impl.rpartition(":")
-        teardown = f"{module_name}:teardown"
-    teardown_fn = load_callable(teardown, base)
-    return Implementation(style, impl, register_fn, teardown_fn)
+        return Implementation(style, impl, register_fn, None, teardown_close=True, **loaded)
+    return Implementation(style, impl, register_fn, teardown_fn, **loaded)

@@ -24,8 +24,10 @@ from typing import TYPE_CHECKING, Any
 from .adapters import Implementation
 from .core import run_scenario
 from .limits import Limits, TimeLimitExceeded
+from .process import import_conflict, prepare_worker
 from .progress import Progress, SharedProgress, describe_calls
 from .result import ScenarioResult
+from .target import ProcessConfig
 
 if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
@@ -93,9 +95,24 @@ def ended_by(exc: BaseException, sc: Scenario, progress: Progress,
     return ScenarioResult(sc.id, sc.pool, "error", reason=f"{what} {where}", guards=sc.guards)
 
 
+def _prepared(impl: Implementation, config: ProcessConfig) -> tuple[Implementation, str | None]:
+    """The implementation imported anew under ``config`` (harness/run/process.py), and why
+    no scenario of ``config`` can run in this process (None: they all can)."""
+    try:
+        impl = prepare_worker(config, impl.reloaded)
+    except Exception as exc:
+        return impl, f"importing the implementation anew for this configuration failed: {exc}"
+    return impl, import_conflict(list(impl.import_reads), config)
+
+
 def worker_main(conn: Connection, block: Any, impl: Implementation, backend: Any,
-                limits: Limits) -> None:
-    """Serve scenarios until the pipe closes or a run leaves the process unfit for another."""
+                limits: Limits, config: ProcessConfig | None = None) -> None:
+    """Serve scenarios until the pipe closes or a run leaves the process unfit for another.
+
+    With a ``config``, this process is one deployment of it: its environment is set and the
+    implementation imported anew before the first scenario (harness/run/process.py), and
+    the supervisor sends it only scenarios of that configuration.
+    """
     _die_with_parent()
     # Ctrl-C in a terminal reaches the whole process group: the supervisor handles it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -104,6 +121,9 @@ def worker_main(conn: Connection, block: Any, impl: Implementation, backend: Any
     # what the implementation prints must never end up in a report written to stdout
     os.dup2(2, 1)
     progress = SharedProgress(block)
+    refusal = None
+    if config is not None:
+        impl, refusal = _prepared(impl, config)
     while True:
         try:
             sc = conn.recv()
@@ -112,6 +132,10 @@ def worker_main(conn: Connection, block: Any, impl: Implementation, backend: Any
         if sc is None:
             return
         progress.reset()
+        if refusal is not None:
+            conn.send((ScenarioResult(sc.id, sc.pool, "error", reason=f"kvreg cannot run this "
+                                      f"scenario: {refusal}", guards=sc.guards), True))
+            continue
         threads = threading.active_count()
         healthy = True
         try:
