@@ -105,8 +105,8 @@ def _holders(obj: Any) -> list[str]:
         space = getattr(module, "__dict__", None)
         if not isinstance(space, dict) or name.startswith("kvreg."):
             continue
-        for key, value in list(space.items()):
-            if value is obj or getattr(value, "__self__", None) is obj:
+        for key, value in list(space.items()):   # no getattr: a module's lazy names stay put
+            if value is obj or (type(value) is types.MethodType and value.__self__ is obj):
                 where = getattr(module, "__file__", None)
                 out.append(f"{name}.{key}" + (f" ({where})" if where else ""))
     return out
@@ -239,10 +239,14 @@ class _FacadeMeta(type):
         return obj
 
     def __instancecheck__(cls, obj: Any) -> bool:
-        return isinstance(obj, cls._kvreg_current())
+        # the fake's class, or the class it is bound from: a store of another node of the
+        # same deployment (PD scenarios run both nodes in one process) is one too
+        current = cls._kvreg_current()
+        return isinstance(obj, (current, *current.__bases__))
 
     def __subclasscheck__(cls, sub: Any) -> bool:
-        return issubclass(sub, cls._kvreg_current())
+        current = cls._kvreg_current()
+        return issubclass(sub, (current, *current.__bases__))
 
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):

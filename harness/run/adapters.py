@@ -32,7 +32,7 @@ from kvreg.harness.plan.chunking import reference_unit
 from kvreg.harness.pools import BufferSpec
 from kvreg.harness.pools.base import ExtentFamily
 
-from .process import EnvRead, installed, watching_env
+from .process import EnvRead, import_scope, installed, watching_env
 
 __all__ = ["STYLES", "Implementation", "ImplementationError", "load_callable",
            "make_implementation"]
@@ -238,7 +238,7 @@ def make_implementation(impl: str | None = None, teardown: str | None = None,
         raise ImplementationError("--teardown close closes a Mooncake store: it needs "
                                   "--style mooncake")
     before = set(sys.modules)
-    with watching_env() as reads:
+    with watching_env() as reads, import_scope():
         register_fn = load_callable(impl, base)
         teardown_spec = teardown
         if teardown is None:

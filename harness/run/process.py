@@ -32,7 +32,8 @@ from .targets import get_target
 if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
 
-__all__ = ["WATCHED_ENV", "EnvRead", "import_conflict", "installed", "prepare_worker",
+__all__ = ["DEFAULT_MACHINES", "WATCHED_ENV", "EnvRead", "import_conflict", "import_scope",
+           "installed", "prepare_worker",
            "process_config", "watching_env"]
 
 # the variables kvreg sets per scenario (harness/cuda/target.py, harness/mooncake/target.py)
@@ -147,16 +148,42 @@ def _config_env(config: ProcessConfig) -> Iterator[None]:
     yield
 
 
+# the machine an import sees when no configuration is chosen yet: each target's defaults
+DEFAULT_MACHINES = {"cuda": ProcessConfig("cuda", (), ("h200-r580",)),
+                    "mooncake": ProcessConfig("mooncake", (), ("released", (("mlx5_0", "mlx5"),),
+                                                               None, False))}
+
+
+_IMPORTING: list[bool] = []
+
+
+@contextmanager
+def import_scope(config: ProcessConfig | None = None) -> Iterator[None]:
+    """Where the implementation is imported: every target's fakes patched in (``config``'s
+    machine for its target, the defaults for the others), so what the code binds at import
+    is a door (fakes/doors.py), and what it calls there is answered. What the import made
+    through a door belongs to no scenario: it is reported when a scenario uses it."""
+    from kvreg.fakes.doors import scenario_scope
+
+    if _IMPORTING:   # inside one already (a worker's, with its configuration): that one holds
+        yield
+        return
+    with ExitStack() as stack:
+        _IMPORTING.append(True)
+        stack.callback(_IMPORTING.pop)
+        stack.enter_context(scenario_scope())
+        for name, default in DEFAULT_MACHINES.items():
+            chosen = config if config is not None and config.target == name else default
+            target: Any = get_target(name)
+            stack.enter_context(target.import_scope(chosen))
+        yield
+
+
 def prepare_worker(config: ProcessConfig, reload: Any) -> Any:
     """Set ``config``'s environment for good (this process serves that configuration only)
     and call ``reload()`` under a fake of its machine; returns what ``reload`` returns."""
-    from kvreg.fakes.doors import PROCESS, scenario_scope
+    from kvreg.fakes.doors import PROCESS
 
     PROCESS.carry = True
-    with ExitStack() as stack:
-        stack.enter_context(_config_env(config))
-        stack.enter_context(scenario_scope())   # what the import made belongs to no scenario
-        if config.target != "none":
-            target: Any = get_target(config.target)
-            stack.enter_context(target.import_scope(config))
+    with _config_env(config), import_scope(config):
         return reload()
