@@ -23,11 +23,12 @@ import threading
 import types
 import weakref
 from collections.abc import Callable, Collection, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-__all__ = ["PROCESS", "Door", "FacadeModule", "ProcessState", "Scope", "StaleHandleError", "class_facade", "door_target",
+__all__ = ["PROCESS", "Door", "FacadeModule", "ProcessState", "Scope", "StaleHandleError",
+           "class_facade", "door_target",
            "enlist", "make_stale", "report_stale",
            "scenario_scope"]
 
@@ -60,10 +61,8 @@ def enlist(retire: Callable[[], None]) -> None:
 
 def _remember_made(obj: Any) -> None:
     if _SCOPES:
-        try:
+        with suppress(TypeError):   # not weakly referenceable: never marked stale
             _SCOPES[-1].made.append(weakref.ref(obj))
-        except TypeError:   # not weakly referenceable: it cannot be marked stale later
-            pass
 
 
 @contextmanager
@@ -147,7 +146,7 @@ PROCESS = ProcessState()
 def _stale_class(cls: type, what: str) -> type:
     """A subclass of ``cls`` whose instances report every use. Made per object, not cached:
     a fake's classes (bound to it) die with it instead of living in a cache."""
-    parent_get = cls.__getattribute__
+    parent_get: Any = cls.__getattribute__
 
     def __getattribute__(self: Any, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
@@ -165,10 +164,8 @@ def make_stale(obj: Any, what: str) -> None:
     cls = type(obj)
     if cls.__dict__.get("__kvreg_stale__"):
         return
-    try:
+    with suppress(TypeError):   # a layout Python cannot swap (an extension type): left usable
         obj.__class__ = _stale_class(cls, what)
-    except TypeError:   # a layout Python cannot swap (an extension type): left usable
-        pass
 
 
 # -- doors -----------------------------------------------------------------------------------

@@ -181,7 +181,7 @@ class _SameClassChecks(type):
         return isinstance(obj, _REAL_CDLL)   # isinstance(lib, ctypes.CDLL) still holds
 
 
-class _PatchedCDLL(_REAL_CDLL, metaclass=_SameClassChecks):  # type: ignore[misc]
+class _PatchedCDLL(_REAL_CDLL, metaclass=_SameClassChecks):
     """``ctypes.CDLL`` that hands libcudart loads to the fake patched in now.
 
     One class per process (not one per patch), so patching inside a patch nests instead of

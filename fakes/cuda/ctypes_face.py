@@ -253,8 +253,12 @@ class FakeCudartLibrary(ctypes.CDLL):
         self._name = name
         self._handle = 0
         self._FuncPtr = _FakeFuncPtr
-        fixed = (face, raw)
-        self._kvreg_resolve = resolve if resolve is not None else (lambda: fixed)
+        fixed: tuple[Any, Any] = (face, raw)
+
+        def bound() -> tuple[Any, Any]:
+            return fixed
+
+        self._kvreg_resolve: Callable[[], tuple[Any, Any]] = resolve or bound
         self._kvreg_keep: dict[str, Any] = {}
 
     def __repr__(self) -> str:
@@ -276,7 +280,8 @@ class FakeCudartLibrary(ctypes.CDLL):
             resolve = self._kvreg_resolve
 
             def forward(*args: Any, _name: str = name) -> Any:
-                return getattr(resolve()[which], _name)(*args)
+                target: Any = resolve()[which]
+                return getattr(target, _name)(*args)
 
             impl = _guarded(forward, E.UNKNOWN)
             callback = ctypes.CFUNCTYPE(restype, *argtypes)(impl)

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..address_space import VirtualTensor
+from ..doors import enlist, make_stale
 from ..faults import FaultRule
 from ..verbs.fabric import Fabric, Node
-from ..doors import enlist, make_stale
 from ..verbs.modules import door_modules, patch_modules
 from .config import ReplicateConfig, bind_allocator, bind_to_numa_node
 from .deployment import Cluster

@@ -220,7 +220,7 @@ def door_modules(modules: Mapping[str, types.ModuleType], bound: Mapping[str, Se
     """The process's door module for each of ``modules``, entered with it for ``stack``'s
     block: code that keeps a module, function or bound class (``from pyverbs.device import
     Context``) reaches the fake patched in at the time of each call (fakes/doors.py)."""
-    doors = {}
+    doors: dict[str, types.ModuleType] = {}
     for name, module in modules.items():   # every door first: a package's shows its doors
         facade = _FACADES.get(name)
         if facade is None:
@@ -229,7 +229,8 @@ def door_modules(modules: Mapping[str, types.ModuleType], bound: Mapping[str, Se
                                                     mirror=True)
         doors[name] = facade
     for name, module in modules.items():
-        stack.enter_context(doors[name].__dict__["_kvreg_door"].entered(module))
+        door: Door = doors[name].__dict__["_kvreg_door"]
+        stack.enter_context(door.entered(module))
     return doors
 
 

@@ -245,9 +245,8 @@ def make_implementation(impl: str | None = None, teardown: str | None = None,
             module_name, _, _ = impl.rpartition(":")
             teardown_spec = f"{module_name}:teardown"
         teardown_fn = None if teardown == "close" else load_callable(str(teardown_spec), base)
-    loaded = dict(sources=(impl, teardown, style, base),
-                  modules=tuple(sorted(set(sys.modules) - before)),
-                  import_reads=tuple(reads))
-    if teardown == "close":
-        return Implementation(style, impl, register_fn, None, teardown_close=True, **loaded)
-    return Implementation(style, impl, register_fn, teardown_fn, **loaded)
+    return Implementation(style, impl, register_fn, teardown_fn,
+                          teardown_close=teardown == "close",
+                          sources=(impl, teardown, style, base),
+                          modules=tuple(sorted(set(sys.modules) - before)),
+                          import_reads=tuple(reads))

@@ -103,11 +103,11 @@ def watching_env() -> Iterator[list[EnvRead]]:
     """For the block (an import), note every read of a watched variable and by whom."""
     reads: list[EnvRead] = []
     real = os.environ
-    os.environ = _WatchedEnviron(real, reads)  # type: ignore[assignment]
+    os.environ = _WatchedEnviron(real, reads)  # type: ignore[assignment]  # noqa: B003
     try:
         yield reads
     finally:
-        os.environ = real
+        os.environ = real  # noqa: B003 (the same object put back, nothing cleared)
 
 
 _INSTALLED = tuple(p for p in {sysconfig.get_paths().get(k) for k in

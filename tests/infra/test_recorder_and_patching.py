@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from kvreg.fakes.cuda.fake_cuda import FakeCuda
-from kvreg.fakes.patching import patch_cuda_bindings, patch_torch_cudart
 from kvreg.fakes.doors import door_target
+from kvreg.fakes.patching import patch_cuda_bindings, patch_torch_cudart
 
 GiB = 1 << 30
 

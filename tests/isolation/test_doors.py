@@ -103,9 +103,9 @@ def test_a_retired_fakes_object_is_reported_naming_where_it_is_kept() -> None:
         assert isinstance(store, MooncakeDistributedStore)
     globals()["_KEPT_STORE"] = store
     try:
-        with FakeMooncake(env={}).patch(), scenario_scope() as scope:
-            with pytest.raises(StaleHandleError, match="earlier scenario"):
-                store.setup("h", "P2PHANDSHAKE", 0, 0, "tcp", "", "m:1")
+        with FakeMooncake(env={}).patch(), scenario_scope() as scope, \
+                pytest.raises(StaleHandleError, match="earlier scenario"):
+            store.setup("h", "P2PHANDSHAKE", 0, 0, "tcp", "", "m:1")
         assert len(scope.stale) == 1
         assert f"{__name__}._KEPT_STORE" in scope.stale[0]
         assert "MooncakeDistributedStore object" in scope.stale[0]
@@ -117,8 +117,8 @@ def test_a_retired_fakes_object_is_reported_naming_where_it_is_kept() -> None:
 def test_pyverbs_bound_at_import_reaches_each_fabric() -> None:
     first, second = Fabric(devices={"mlx5_0": "mlx5"}), Fabric(devices={"mlx5_0": "erdma"})
     with first.patch():
-        from pyverbs.device import Context, get_device_list
         import pyverbs.device as device_module
+        from pyverbs.device import Context, get_device_list
     sizes = []
     for fabric in (first, second):
         with fabric.patch():

@@ -11,10 +11,9 @@ import os
 from typing import Any
 
 import torch
+from caching import plan
 from cuda.bindings.driver import cuInit, cuMemHostRegister, cuMemHostUnregister
 from cuda.bindings.runtime import cudaGetLastError, cudaHostRegister, cudaHostUnregister
-
-from caching import plan
 
 CUDART = torch.cuda.cudart()
 CHUNK_LIMIT = max(int(os.environ.get("SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB", "256")), 1) << 30
