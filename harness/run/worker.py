@@ -21,6 +21,8 @@ import threading
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
+from kvreg.fakes.doors import PROCESS
+
 from .adapters import Implementation
 from .core import run_scenario
 from .limits import Limits, TimeLimitExceeded
@@ -158,10 +160,14 @@ def run_in_process(sc: Scenario, impl: Implementation, backend: Any,
                    limits: Limits) -> ScenarioResult:
     """One scenario in this process, without a supervisor (``--in-process``, for debugging).
 
+    The process serves every configuration here: configuration the implementation read
+    once (harness/run/process.py) is not set per scenario; supervised runs do that.
+
     The time limit still holds while Python code runs, and the exceptions a worker reports
     are reported the same way; an ``os._exit`` or a crash ends this process, and
     ``KeyboardInterrupt`` propagates so that Ctrl-C still interrupts the whole run.
     """
+    PROCESS.carry = True   # one process for every scenario, as a worker is
     progress = Progress()
     try:
         return run_scenario(sc, impl, backend=backend, progress=progress,
