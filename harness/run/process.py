@@ -129,7 +129,8 @@ def import_conflict(reads: list[EnvRead], config: ProcessConfig) -> str | None:
     """Why a scenario of ``config`` cannot run with what installed modules read at import."""
     env = dict(config.env)
     for key, module, seen in reads:
-        if key in env and env[key] != seen and installed(sys.modules.get(module)):
+        loaded = sys.modules.get(module)     # gone: nothing of it can answer any more
+        if key in env and env[key] != seen and loaded is not None and installed(loaded):
             return (f"{module} (an installed package) read {key}={seen!r} when it was "
                     f"imported, and this scenario sets {key}={env[key]!r}; kvreg imports "
                     "an installed package once per process, so it cannot give that module "
