@@ -244,13 +244,21 @@ class FakeCudartLibrary(ctypes.CDLL):
 
     _kvreg_fake_module = True
 
-    def __init__(self, name: str, face: Any, raw: CtypesCudartFace) -> None:
+    def __init__(self, name: str, face: Any = None, raw: CtypesCudartFace | None = None, *,
+                 resolve: Callable[[], tuple[Any, CtypesCudartFace]] | None = None) -> None:
+        """One fake's runtime (``face``, ``raw``), or, with ``resolve``, whichever
+        ``resolve()`` names at each call: the process-wide library of
+        :mod:`kvreg.fakes.patching`, whose function pointers outlive every fake."""
         # no dlopen: the fields ctypes.CDLL's own methods read are set by hand
         self._name = name
         self._handle = 0
         self._FuncPtr = _FakeFuncPtr
-        self._kvreg_face = face
-        self._kvreg_raw = raw
+        fixed: tuple[Any, Any] = (face, raw)
+
+        def bound() -> tuple[Any, Any]:
+            return fixed
+
+        self._kvreg_resolve: Callable[[], tuple[Any, Any]] = resolve or bound
         self._kvreg_keep: dict[str, Any] = {}
 
     def __repr__(self) -> str:
@@ -268,8 +276,14 @@ class FakeCudartLibrary(ctypes.CDLL):
             raise AttributeError(f"{self._name}: symbols are looked up by name here")
         if name in SIGNATURES:
             restype, argtypes = SIGNATURES[name]
-            target = self._kvreg_raw if name in _STRINGS else self._kvreg_face
-            impl = _guarded(getattr(target, name), E.UNKNOWN)
+            which = 1 if name in _STRINGS else 0
+            resolve = self._kvreg_resolve
+
+            def forward(*args: Any, _name: str = name) -> Any:
+                target: Any = resolve()[which]
+                return getattr(target, _name)(*args)
+
+            impl = _guarded(forward, E.UNKNOWN)
             callback = ctypes.CFUNCTYPE(restype, *argtypes)(impl)
         elif snapshot_names("runtime").get(name) == "function" and name.startswith("cuda"):
             message = (f"{name} in libcudart is not modelled by kvreg's fake CUDA runtime; "

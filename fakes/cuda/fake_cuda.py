@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..address_space import AddressSpace, VirtualTensor
+from ..doors import PROCESS, enlist, make_stale
 from ..faults import FaultPlan, FaultRule
 from ..patching import patch_ctypes_cudart, patch_cuda_bindings, patch_torch_cudart
 from ..recorder import Intercepted, Trace
@@ -106,13 +107,20 @@ class FakeCuda:
         hit = self.space.owner(ptr)
         return None if hit is None else (hit[0].name, hit[1])
 
-    def load_libcudart(self, name: str = "libcudart.so") -> FakeCudartLibrary:
-        """What ``ctypes.CDLL(name)`` gives for a libcudart under ``patch()``."""
+    def libcudart_faces(self, name: str) -> tuple[Any, CtypesCudartFace]:
+        """(recorded face, raw face) of the runtime instance a libcudart file name loads:
+        torch's for its bundled ``libcudart-<hash>.so``, the system one's otherwise."""
         match = LIBCUDART_NAME.search(name)
         if match is None:
             raise ValueError(f"{name!r} does not name a libcudart shared library")
         runtime = self.torch_runtime if match.group("bundled") else self.libcudart_runtime
         raw, face = self._ctypes_faces[runtime.name]
+        return face, raw
+
+    def load_libcudart(self, name: str = "libcudart.so") -> FakeCudartLibrary:
+        """A libcudart bound to this fake alone (under ``patch()``, ``ctypes.CDLL(name)``
+        gives the process's one library for that name, reaching the fake patched in)."""
+        face, raw = self.libcudart_faces(name)
         return FakeCudartLibrary(name, face, raw)
 
     @property
@@ -160,10 +168,14 @@ class FakeCuda:
         """For the block, ``torch.cuda.cudart()``, ``cuda.bindings.runtime`` / ``.driver`` and
         libcudart loaded through ctypes reach this fake (other libraries load normally).
         ``cuda_machine=True`` also makes ``torch.version.cuda`` and torch's device queries
-        answer as the profile (:mod:`kvreg.fakes.cuda_machine`)."""
+        answer as the profile (:mod:`kvreg.fakes.cuda.cuda_machine`)."""
+        enlist(self.retire)   # the harness's scenario scope retires it at its end
+        driver = self.driver_api._kvreg_target
+        if PROCESS.carry and PROCESS.driver_initialised and self.profile.env == "ok":
+            driver._initialised = True   # the process called cuInit under an earlier fake
         with ExitStack() as stack:
             stack.enter_context(patch_ctypes_cudart(
-                self.load_libcudart, is_cudart=is_libcudart, soname=self.libcudart_soname))
+                self.libcudart_faces, is_cudart=is_libcudart, soname=self.libcudart_soname))
             if torch:
                 stack.enter_context(patch_torch_cudart(
                     self.torch, env=self.profile.env, device_count=self.profile.device_count))
@@ -173,4 +185,15 @@ class FakeCuda:
                     driver=self.driver_api))
             if cuda_machine:
                 stack.enter_context(looks_like_cuda(self.profile))
-            yield self
+            try:
+                yield self
+            finally:
+                if PROCESS.carry and driver._initialised:
+                    PROCESS.driver_initialised = True
+
+    def retire(self) -> None:
+        """This fake's scenario is over: a call still reaching its faces (a handle the code
+        kept from the fake itself instead of the process's doors) is reported, not run."""
+        for face in (self.torch, self.runtime, self.driver_api,
+                     *(pair[1] for pair in self._ctypes_faces.values())):
+            make_stale(face, f"the fake of an earlier scenario ({self.profile.name})")

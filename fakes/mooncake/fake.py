@@ -14,14 +14,15 @@ from __future__ import annotations
 import os
 import types
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from ..address_space import VirtualTensor
+from ..doors import enlist, make_stale
 from ..faults import FaultRule
 from ..verbs.fabric import Fabric, Node
-from ..verbs.modules import patch_modules
+from ..verbs.modules import door_modules, patch_modules
 from .config import ReplicateConfig, bind_allocator, bind_to_numa_node
 from .deployment import Cluster
 from .errors import ErrorCode, error_name
@@ -29,6 +30,9 @@ from .profiles import StoreProfile, get_store_profile
 from .store import MooncakeDistributedStore, bind_store
 
 __all__ = ["Cluster", "FakeMooncake", "LiveBuffer"]
+
+# classes bound to one deployment (bind_store, bind_allocator): doors forward them
+_BOUND = {"mooncake.store": ("MooncakeDistributedStore", "MooncakeHostMemAllocator")}
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,17 @@ class FakeMooncake:
 
     @contextmanager
     def patch(self, node: str | None = None) -> Iterator[FakeMooncake]:
-        """For the block, ``from mooncake.store import MooncakeDistributedStore`` is the fake."""
-        with patch_modules(self.modules(node), "mooncake"):
+        """For the block, ``from mooncake.store import MooncakeDistributedStore`` reaches the
+        fake: the process's door module and store class (fakes/doors.py), so a class kept
+        from an earlier patch builds this fake's stores."""
+        enlist(self.retire)   # the harness's scenario scope retires it at its end
+        with ExitStack() as stack:
+            doors = door_modules(self.modules(node), _BOUND, stack)
+            stack.enter_context(patch_modules(doors, "mooncake"))
             yield self
+
+    def retire(self) -> None:
+        """This deployment's scenario is over: its stores are reported when used again (a
+        store is set up against one deployment and cannot be forwarded to another)."""
+        for store in self.stores:
+            make_stale(store, "the Mooncake deployment of an earlier scenario")

@@ -18,9 +18,10 @@ import logging
 import sys
 import types
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
+from ..doors import Door, FacadeModule
 from . import addr, cq, errors, mr, pd, qp, qp_attr, qp_ex, strings, wr
 from .device import (
     Device,
@@ -38,7 +39,7 @@ from .enums import new_generation_module, old_generation_module
 if TYPE_CHECKING:
     from .node import Node
 
-__all__ = ["MODELLED", "NOT_MODELLED", "build_modules", "patch_pyverbs"]
+__all__ = ["MODELLED", "NOT_MODELLED", "build_modules", "door_modules", "patch_pyverbs"]
 
 # real pyverbs names the fake knows of but does not implement (§4.1; rdma-core v44): they
 # exist, as on the real module, and raise NotModelledError when used
@@ -211,8 +212,34 @@ def patch_modules(modules: Mapping[str, types.ModuleType], root: str) -> Iterato
                 sys.modules[name] = old
 
 
+_BOUND = {"pyverbs.device": ("Context",)}   # classes bound to one node (bind_context)
+
+
+def door_modules(modules: Mapping[str, types.ModuleType], bound: Mapping[str, Sequence[str]],
+                 stack: ExitStack) -> dict[str, types.ModuleType]:
+    """The process's door module for each of ``modules``, entered with it for ``stack``'s
+    block: code that keeps a module, function or bound class (``from pyverbs.device import
+    Context``) reaches the fake patched in at the time of each call (fakes/doors.py)."""
+    doors: dict[str, types.ModuleType] = {}
+    for name, module in modules.items():   # every door first: a package's shows its doors
+        facade = _FACADES.get(name)
+        if facade is None:
+            facade = _FACADES[name] = FacadeModule(name, Door(name), classes=bound.get(name, ()),
+                                                    package=hasattr(module, "__path__"),
+                                                    mirror=True)
+        doors[name] = facade
+    for name, module in modules.items():
+        door: Door = doors[name].__dict__["_kvreg_door"]
+        stack.enter_context(door.entered(module))
+    return doors
+
+
+_FACADES: dict[str, FacadeModule] = {}
+
+
 @contextmanager
 def patch_pyverbs(modules: Mapping[str, types.ModuleType]) -> Iterator[None]:
     """``import pyverbs...`` reaches ``modules`` for the block (see the module docstring)."""
-    with patch_modules(modules, "pyverbs"):
+    with ExitStack() as stack:
+        stack.enter_context(patch_modules(door_modules(modules, _BOUND, stack), "pyverbs"))
         yield

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from kvreg.fakes.cuda.fake_cuda import FakeCuda
 from kvreg.fakes.cuda.profile import profile_with_options
-from kvreg.fakes.patching import patch_torch_cudart
+from kvreg.fakes.patching import TORCH_DOOR, patch_torch_cudart, torch_cudart_facade
 from kvreg.harness.plan.chunking import PlanError, reference_unit
 from kvreg.harness.run.endstate import Pending, summarize_exception
 from kvreg.harness.run.isolation import env_var
 from kvreg.harness.run.progress import Progress
 from kvreg.harness.run.result import CallBudgetExceeded, Violation
-from kvreg.harness.run.target import SkipScenario
+from kvreg.harness.run.target import ProcessConfig, SkipScenario
 
 from .buffers import allocate, allocate_pinnable
 from .checks import BufferRun, RunRecord, check_run, check_warnings
@@ -102,8 +102,7 @@ class CudaWorld:
         self.progress = Progress()
 
     def isolation(self) -> AbstractContextManager[Any]:
-        sc = self.sc
-        chunk_gb = str(sc.chunk_limit // GiB) if sc.chunk_limit % GiB == 0 else None
+        chunk_gb = chunk_env(self.sc)
         stack = ExitStack()
         stack.enter_context(patch_torch_cudart(self.fake.torch) if self.real_hw
                             else self.fake.patch())
@@ -113,13 +112,18 @@ class CudaWorld:
     def set_logs(self, logs: list[str]) -> None:
         self.record.logs = logs
 
+    def cudart(self) -> Any:
+        """What the generic style gets: the process's torch door (code that keeps it across
+        scenarios reaches each scenario's fake), or the fake's own face without torch."""
+        return torch_cudart_facade() if TORCH_DOOR.stack else self.fake.torch
+
     def watch(self, progress: Progress) -> None:
         self.progress = progress
         progress.watch(self.fake.trace)
 
     def register(self, impl: Implementation) -> bool:
         """Register every buffer, as the pool constructor does; stop at the first error."""
-        fake, sc, cudart = self.fake, self.sc, self.fake.torch
+        fake, sc, cudart = self.fake, self.sc, self.cudart()
         for b in self.record.buffers:
             try:
                 b.granularity = impl.granularity(b.spec, sc.chunk_limit, self.families, b.index)
@@ -176,7 +180,7 @@ class CudaWorld:
                 continue
             self.progress.step(f"teardown round {round_ + 1}", b.spec.name)
             try:
-                impl.teardown(self.fake.torch, self.buffers[b.index], b.handle)
+                impl.teardown(self.cudart(), self.buffers[b.index], b.handle)
             except (CallBudgetExceeded, MemoryError):
                 raise
             except Exception as exc:
@@ -206,11 +210,23 @@ class CudaWorld:
         return str(self.fake.trace.format(limit=limit))
 
 
+def chunk_env(sc: Scenario) -> str | None:
+    """The chunk-limit variable's value for ``sc`` (None: unset, the limit is no whole GiB)."""
+    return str(sc.chunk_limit // GiB) if sc.chunk_limit % GiB == 0 else None
+
+
 class CudaTarget:
     """cudaHostRegister of a host pool, judged by :func:`.checks.check_run`."""
 
     name = "cuda"
     steps = ("register", "transfers", "teardown", "teardown-after-failure")
+
+    def process_config(self, sc: Scenario) -> ProcessConfig:
+        """The chunk-limit variable and the device profile (code may read both once)."""
+        return ProcessConfig("cuda", ((ENV_CHUNK_GB, chunk_env(sc)),), (sc.profile,))
+
+    def import_scope(self, config: ProcessConfig) -> AbstractContextManager[Any]:
+        return FakeCuda(config.machine[0] if config.machine else None).patch()
 
     def validate_options(self, options: Mapping[str, Any]) -> list[str]:
         """The cuda target reads no table of its own."""

@@ -44,7 +44,7 @@ from kvreg.harness.run.endstate import summarize_exception
 from kvreg.harness.run.isolation import env_var
 from kvreg.harness.run.progress import Progress
 from kvreg.harness.run.result import CallBudgetExceeded, Violation
-from kvreg.harness.run.target import CannotRun, SkipScenario
+from kvreg.harness.run.target import CannotRun, ProcessConfig, SkipScenario
 
 from .checks import McBuffer, McRecord, check_mooncake_run, mooncake_warnings
 from .io import (
@@ -161,16 +161,20 @@ class _Run:
     env: dict[str, str] = field(default_factory=dict)   # MC_MAX_MR_SIZE as the store saw it
 
 
-def _build(sc: Scenario, opts: MooncakeOptions) -> _Run:
-    """Fabric, stores set up on every node, the pool's buffers; no fault armed yet."""
-    geometry = sc.geometry()
+def process_env(opts: MooncakeOptions) -> dict[str, str]:
+    """``MC_MAX_MR_SIZE`` as the store sees it at setup (unset unless the scenario says)."""
     env: dict[str, str] = {}
     if opts.fastdeploy_clamp:
         # FastDeploy's v1 connector writes the clamped value back before setup (§2.1)
-        env["MC_MAX_MR_SIZE"] = str(effective_mr_limit(opts.mc_max_mr_size, (),
-                                                       protocol="tcp", fastdeploy_clamp=True))
+        env[ENV_MR] = str(effective_mr_limit(opts.mc_max_mr_size, (),
+                                             protocol="tcp", fastdeploy_clamp=True))
     elif opts.mc_max_mr_size:
-        env["MC_MAX_MR_SIZE"] = str(opts.mc_max_mr_size)
+        env[ENV_MR] = str(opts.mc_max_mr_size)
+    return env
+
+
+def _deployment(opts: MooncakeOptions, env: dict[str, str]) -> FakeMooncake:
+    """The fake deployment of ``opts``: its nodes and their NICs, no store set up."""
     nodes = opts.nodes
     fake = FakeMooncake(opts.profile, node=nodes[0], devices=dict(opts.devices), env=env)
     for extra in nodes[1:]:
@@ -184,6 +188,15 @@ def _build(sc: Scenario, opts: MooncakeOptions) -> _Run:
     # the stores mount no global segment (setup's 0): the deployment's other nodes hold
     # the objects (without them a real put fails with NO_AVAILABLE_HANDLE, §7)
     fake.cluster(MASTER).external_segments = True
+    return fake
+
+
+def _build(sc: Scenario, opts: MooncakeOptions) -> _Run:
+    """Fabric, stores set up on every node, the pool's buffers; no fault armed yet."""
+    geometry = sc.geometry()
+    env = process_env(opts)
+    nodes = opts.nodes
+    fake = _deployment(opts, env)
     stores = {}
     for node in nodes:
         store = fake.store(node)
@@ -354,6 +367,25 @@ class MooncakeTarget:
 
     def validate_options(self, options: Mapping[str, Any]) -> list[str]:
         return validate_options(options)
+
+    def process_config(self, sc: Scenario) -> ProcessConfig:
+        """``MC_MAX_MR_SIZE`` and the deployment's store profile and NICs (code may read
+        them once: the variable at import, a NIC's max_mr_size into a module cache)."""
+        opts = MooncakeOptions.parse(sc.mooncake)
+        env = process_env(opts)
+        machine = (opts.profile, opts.devices, opts.device_max_mr_size, opts.pd)
+        return ProcessConfig("mooncake", ((ENV_MR, env.get(ENV_MR)),), machine)
+
+    def import_scope(self, config: ProcessConfig) -> AbstractContextManager[Any]:
+        """The store module and pyverbs of the first node of ``config``'s deployment."""
+        profile, devices, device_max, pd = config.machine
+        opts = MooncakeOptions(profile=profile, devices=devices, device_max_mr_size=device_max,
+                               pd=pd)
+        fake = _deployment(opts, {k: v for k, v in config.env if v is not None})
+        stack = ExitStack()
+        stack.enter_context(fake.patch(opts.nodes[0]))
+        stack.enter_context(fake.fabric.patch(opts.nodes[0]))
+        return stack
 
     def build(self, sc: Scenario, impl: Implementation, backend: Any) -> MooncakeWorld:
         if not impl.registers_mrs():

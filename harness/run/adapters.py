@@ -32,6 +32,8 @@ from kvreg.harness.plan.chunking import reference_unit
 from kvreg.harness.pools import BufferSpec
 from kvreg.harness.pools.base import ExtentFamily
 
+from .process import EnvRead, import_scope, installed, watching_env
+
 __all__ = ["STYLES", "STYLE_CALLS", "Implementation", "ImplementationError", "check_signature",
            "load_callable", "make_implementation"]
 
@@ -145,6 +147,27 @@ class Implementation:
     pinning: str | None = None
     # mooncake style: teardown is closing the store (``--teardown close``)
     teardown_close: bool = False
+    # how it was loaded (impl, teardown, style, base), so a worker can import it anew with
+    # its configuration set (harness/run/process.py); the modules that load added; the
+    # watched environment variables they read while importing
+    sources: tuple[str | None, str | None, str | None, Path | None] | None = None
+    modules: tuple[str, ...] = ()
+    import_reads: tuple[EnvRead, ...] = ()
+
+    def reloaded(self) -> Implementation:
+        """The same implementation imported anew: the modules its load added are dropped
+        first, except installed packages' (:func:`~.process.installed`)."""
+        if self.sources is None:
+            return self
+        for name in self.modules:
+            module = sys.modules.get(name)
+            if module is not None and not installed(module):
+                del sys.modules[name]
+        impl, teardown, style, base = self.sources
+        fresh = make_implementation(impl, teardown, style, base=base)
+        fresh.pinning = self.pinning
+        fresh.import_reads = self.import_reads + fresh.import_reads
+        return fresh
 
     def granularity(self, spec: BufferSpec, limit: int,
                     families: Sequence[ExtentFamily] | None, index: int) -> int | None:
@@ -255,18 +278,24 @@ def make_implementation(impl: str | None = None, teardown: str | None = None,
     if style not in STYLES or style == "reference":
         raise ImplementationError(f"{o_style} must be one of sglang, generic, mooncake, "
                                   f"ctypes, driver; got {style!r}")
-    register_fn = load_callable(impl, base, o_impl)
-    check_signature(register_fn, style, 0, o_impl, impl)
-    if teardown == "close":
-        if style != "mooncake":
-            raise ImplementationError(f"{o_teardown} close closes a Mooncake store: it needs "
-                                      f"{o_style} mooncake")
-        return Implementation(style, impl, register_fn, None, teardown_close=True)
-    label = o_teardown
-    if teardown is None:
-        module_name, _, _ = impl.rpartition(":")
-        teardown = f"{module_name}:teardown"
-        label = f"{o_teardown} (not given: 'teardown' next to {o_impl})"
-    teardown_fn = load_callable(teardown, base, label)
-    check_signature(teardown_fn, style, 1, label, teardown)
-    return Implementation(style, impl, register_fn, teardown_fn)
+    if teardown == "close" and style != "mooncake":
+        raise ImplementationError(f"{o_teardown} close closes a Mooncake store: it needs "
+                                  f"{o_style} mooncake")
+    before = set(sys.modules)
+    with watching_env() as reads, import_scope():
+        register_fn = load_callable(impl, base, o_impl)
+        check_signature(register_fn, style, 0, o_impl, impl)
+        teardown_fn = None
+        if teardown != "close":
+            label, teardown_spec = o_teardown, teardown
+            if teardown_spec is None:
+                module_name, _, _ = impl.rpartition(":")
+                teardown_spec = f"{module_name}:teardown"
+                label = f"{o_teardown} (not given: 'teardown' next to {o_impl})"
+            teardown_fn = load_callable(teardown_spec, base, label)
+            check_signature(teardown_fn, style, 1, label, teardown_spec)
+    return Implementation(style, impl, register_fn, teardown_fn,
+                          teardown_close=teardown == "close",
+                          sources=(impl, teardown, style, base),
+                          modules=tuple(sorted(set(sys.modules) - before)),
+                          import_reads=tuple(reads))

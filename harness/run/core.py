@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from kvreg.fakes.doors import scenario_scope
+
 from .callsite import CallSites, locate
 from .causes import dedupe
 from .isolation import capture_logs, wall_guard
@@ -43,7 +45,21 @@ def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False
     is skipped with the reason when the machine cannot hold it), or a RealCuda-like object
     (tests use stand-ins). Targets without a real backend ignore it.
     """
-    progress = progress or Progress()
+    with scenario_scope() as scope:
+        result = _run(sc, impl, keep_trace=keep_trace, backend=backend,
+                      progress=progress or Progress(), timeout=timeout)
+        stale = list(scope.stale)
+    if stale:
+        # the code reached a fake this scenario did not build: nothing it did says anything
+        # about the code's own registration, so no rule may judge it
+        result.verdict, result.violations = "error", []
+        result.reason = ("kvreg cannot judge this run: a call reached a fake that is not this "
+                         f"scenario's ({len(stale)} such call(s)): {stale[0]}")
+    return result
+
+
+def _run(sc: Scenario, impl: Implementation, *, keep_trace: bool, backend: Any,
+         progress: Progress, timeout: float | None) -> ScenarioResult:
     target = get_target(sc.target)
     start = time.perf_counter()
     result = ScenarioResult(sc.id, sc.pool, "pass", guards=sc.guards)

@@ -8,8 +8,11 @@ gets a verdict: a worker that exits, is killed by a signal (a segfault through c
 OOM killer), or overruns the time limit is replaced, and its scenario gets an ``error``
 verdict whose reason says what happened, in which step and buffer, and after how many calls
 (read from the memory the worker shares, :mod:`.progress`). A healthy worker is reused
-for the next scenario; each scenario builds its own fake, so a verdict does not depend on
-what ran before it in the same worker.
+for the next scenario of the same process configuration (harness/run/process.py: the
+environment and machine a scenario fixes, which code may read once); each scenario builds
+its own fake, and what the code keeps across scenarios reaches the current one through the
+fakes' doors (fakes/doors.py), so a verdict does not depend on what ran before it in the same
+worker.
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 from .adapters import Implementation
 from .limits import Limits
+from .process import process_config
 from .progress import ProgressBlock, describe_calls, read_calls
 from .result import ScenarioResult
 from .sharding import expected_cost
+from .target import ProcessConfig
 from .worker import worker_main
 
 if TYPE_CHECKING:
@@ -48,6 +53,7 @@ class _Worker:
     block: ProgressBlock
     job: tuple[int, Scenario] | None = None
     deadline: float = 0.0
+    config: ProcessConfig | None = None
 
 
 def _exited(process: Any, grace: float) -> bool:
@@ -111,13 +117,14 @@ class Supervisor:
         self.started = 0            # workers started so far (the first ones and replacements)
 
     # -- workers ---------------------------------------------------------------------------
-    def _start(self) -> _Worker:
+    def _start(self, config: ProcessConfig) -> _Worker:
         if not self.started:
             _preload()
         block = self._ctx.RawValue(ProgressBlock)
         ours, theirs = self._ctx.Pipe()
         process = self._ctx.Process(target=worker_main, name="kvreg-worker", daemon=True,
-                                    args=(theirs, block, self.impl, self.backend, self.limits))
+                                    args=(theirs, block, self.impl, self.backend, self.limits,
+                                          config))
         # frozen objects are skipped by the worker's collector: it never walks (and so never
         # copies-on-write) the pages of everything it inherited; measured: the catalog's
         # scenarios run 1.2-2x faster in a worker forked this way
@@ -128,7 +135,7 @@ class Supervisor:
             gc.unfreeze()
         theirs.close()
         self.started += 1
-        worker = _Worker(process, ours, block)
+        worker = _Worker(process, ours, block, config=config)
         self._workers.append(worker)
         return worker
 
@@ -142,14 +149,24 @@ class Supervisor:
         worker.conn.close()
         self._workers.remove(worker)
 
-    def _idle(self) -> _Worker | None:
+    def _idle(self, config: ProcessConfig) -> _Worker | None:
+        """An idle worker of ``config``: a kept one, else a new one (in place of an idle
+        worker of another configuration when all ``jobs`` are started)."""
+        other = None
         for w in list(self._workers):
             if w.job is None:
-                if w.process.is_alive():
+                if not w.process.is_alive():
+                    self._retire(w, kill=True)     # died between scenarios: nothing to blame
+                elif w.config == config:
                     return w
-                self._retire(w, kill=True)     # died between scenarios: nothing to blame
+                else:
+                    other = w
+        if len(self._workers) >= self.jobs and other is not None:
+            with suppress(OSError, ValueError):
+                other.conn.send(None)
+            self._retire(other, kill=False)
         if len(self._workers) < self.jobs:
-            return self._start()
+            return self._start(config)
         return None
 
     def _assign(self, worker: _Worker, job: tuple[int, Scenario]) -> bool:
@@ -203,15 +220,22 @@ class Supervisor:
         first), so that no worker is left with a long one at the end while the others idle.
         """
         jobs = list(enumerate(scenarios))
-        if self.jobs > 1:
-            jobs.sort(key=lambda job: -_cost(job[1]))
+        configs = {index: process_config(sc) for index, sc in jobs}
+        # one configuration's scenarios together (each change of configuration starts a
+        # worker), in catalog order within it, or costliest first with several workers
+        first: dict[ProcessConfig, int] = {}
+        for index, _ in jobs:
+            first.setdefault(configs[index], index)
+        jobs.sort(key=lambda job: (first[configs[job[0]]],
+                                   -_cost(job[1]) if self.jobs > 1 else job[0]))
         pending = deque(jobs)
         while pending or any(w.job is not None for w in self._workers):
             while pending:
-                worker = self._idle()
+                job = pending[0]
+                worker = self._idle(configs[job[0]])
                 if worker is None:
                     break
-                job = pending.popleft()
+                pending.popleft()
                 if not self._assign(worker, job):
                     pending.appendleft(job)
             busy = [w for w in self._workers if w.job is not None]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .progress import Progress
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
     from .adapters import Implementation
 
-__all__ = ["CannotRun", "SkipScenario", "Target", "World"]
+__all__ = ["CannotRun", "ProcessConfig", "SkipScenario", "Target", "World"]
 
 
 class SkipScenario(Exception):
@@ -29,6 +30,16 @@ class SkipScenario(Exception):
 
 class CannotRun(Exception):
     """kvreg cannot build this scenario's world (a bad plan, geometry or deployment)."""
+
+
+@dataclass(frozen=True)
+class ProcessConfig:
+    """What a scenario fixes for the whole process (harness/run/process.py): the target,
+    the environment it sets (name, value or None for unset) and the machine it models."""
+
+    target: str
+    env: tuple[tuple[str, str | None], ...] = ()
+    machine: tuple[Any, ...] = ()
 
 
 class World(Protocol):
@@ -86,3 +97,9 @@ class Target(Protocol):
 
     def build(self, sc: Scenario, impl: Implementation, backend: Any) -> World:
         """The world of one run; raises SkipScenario or CannotRun."""
+
+    def process_config(self, sc: Scenario) -> ProcessConfig:
+        """What ``sc`` fixes for the process: workers serve one configuration each."""
+
+    def import_scope(self, config: ProcessConfig) -> AbstractContextManager[Any]:
+        """Fakes of ``config``'s machine patched in while a worker imports the code."""

@@ -21,11 +21,15 @@ import threading
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
+from kvreg.fakes.doors import PROCESS
+
 from .adapters import Implementation
 from .core import run_scenario
 from .limits import Limits, TimeLimitExceeded
+from .process import import_conflict, prepare_worker
 from .progress import Progress, SharedProgress, describe_calls
 from .result import ScenarioResult, whole_message
+from .target import ProcessConfig
 
 if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
@@ -93,9 +97,24 @@ def ended_by(exc: BaseException, sc: Scenario, progress: Progress,
     return ScenarioResult(sc.id, sc.pool, "error", reason=f"{what} {where}", guards=sc.guards)
 
 
+def _prepared(impl: Implementation, config: ProcessConfig) -> tuple[Implementation, str | None]:
+    """The implementation imported anew under ``config`` (harness/run/process.py), and why
+    no scenario of ``config`` can run in this process (None: they all can)."""
+    try:
+        impl = prepare_worker(config, impl.reloaded)
+    except Exception as exc:
+        return impl, f"importing the implementation anew for this configuration failed: {exc}"
+    return impl, import_conflict(list(impl.import_reads), config)
+
+
 def worker_main(conn: Connection, block: Any, impl: Implementation, backend: Any,
-                limits: Limits) -> None:
-    """Serve scenarios until the pipe closes or a run leaves the process unfit for another."""
+                limits: Limits, config: ProcessConfig | None = None) -> None:
+    """Serve scenarios until the pipe closes or a run leaves the process unfit for another.
+
+    With a ``config``, this process is one deployment of it: its environment is set and the
+    implementation imported anew before the first scenario (harness/run/process.py), and
+    the supervisor sends it only scenarios of that configuration.
+    """
     _die_with_parent()
     # Ctrl-C in a terminal reaches the whole process group: the supervisor handles it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -104,6 +123,9 @@ def worker_main(conn: Connection, block: Any, impl: Implementation, backend: Any
     # what the implementation prints must never end up in a report written to stdout
     os.dup2(2, 1)
     progress = SharedProgress(block)
+    refusal = None
+    if config is not None:
+        impl, refusal = _prepared(impl, config)
     while True:
         try:
             sc = conn.recv()
@@ -112,6 +134,10 @@ def worker_main(conn: Connection, block: Any, impl: Implementation, backend: Any
         if sc is None:
             return
         progress.reset()
+        if refusal is not None:
+            conn.send((ScenarioResult(sc.id, sc.pool, "error", reason=f"kvreg cannot run this "
+                                      f"scenario: {refusal}", guards=sc.guards), True))
+            continue
         threads = threading.active_count()
         healthy = True
         try:
@@ -134,10 +160,14 @@ def run_in_process(sc: Scenario, impl: Implementation, backend: Any,
                    limits: Limits) -> ScenarioResult:
     """One scenario in this process, without a supervisor (``--in-process``, for debugging).
 
+    The process serves every configuration here: configuration the implementation read
+    once (harness/run/process.py) is not set per scenario; supervised runs do that.
+
     The time limit still holds while Python code runs, and the exceptions a worker reports
     are reported the same way; an ``os._exit`` or a crash ends this process, and
     ``KeyboardInterrupt`` propagates so that Ctrl-C still interrupts the whole run.
     """
+    PROCESS.carry = True   # one process for every scenario, as a worker is
     progress = Progress()
     try:
         return run_scenario(sc, impl, backend=backend, progress=progress,

@@ -17,6 +17,7 @@ import pytest
 from kvreg.fakes.cuda import symbols
 from kvreg.fakes.cuda.cuda_python_face import NotModelledError
 from kvreg.fakes.cuda.fake_cuda import FakeCuda
+from kvreg.fakes.doors import door_target
 
 
 def _public(module: object) -> set[str]:
@@ -128,7 +129,7 @@ def test_fake_built_under_another_fakes_patch_uses_the_real_module() -> None:
     with outer.patch():
         from cuda.bindings import runtime as patched
 
-        assert patched is outer.runtime
+        assert door_target(patched) is outer.runtime
         inner = FakeCuda()
         # the inner fake's types are the real binding's, not the outer fake's face
         assert inner.runtime.cudaError_t is real.cudaError_t

@@ -10,6 +10,8 @@ import pytest
 
 from kvreg.fakes.cuda.cuda_python_face import NotModelledError
 from kvreg.fakes.cuda.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.symbols import is_fake_module
+from kvreg.fakes.doors import door_target
 
 MiB = 1 << 20
 
@@ -178,9 +180,9 @@ def test_patch_reaches_the_face(fake: FakeCuda) -> None:
     # docs/cuda-runtime.md §9 "For code that runs on both, use from cuda.bindings import runtime"
     with fake.patch(torch=False):
         from cuda.bindings import runtime
-        assert runtime is fake.runtime
+        assert door_target(runtime) is fake.runtime
         import cuda.bindings.runtime as runtime2
-        assert runtime2 is fake.runtime
+        assert door_target(runtime2) is fake.runtime
 
 
 def test_legacy_cuda_cudart_only_for_12x() -> None:
@@ -188,8 +190,8 @@ def test_legacy_cuda_cudart_only_for_12x() -> None:
     fake12 = FakeCuda("h100-r575")
     with fake12.patch(torch=False):
         import cuda.cudart as legacy  # type: ignore[import-not-found]
-        assert legacy is fake12.runtime
-    assert sys.modules.get("cuda.cudart") is not fake12.runtime
+        assert door_target(legacy) is fake12.runtime
+    assert "cuda.cudart" not in sys.modules or not is_fake_module(sys.modules["cuda.cudart"])
 
 
 def test_unmodelled_api_raises_not_modelled() -> None:

@@ -12,6 +12,7 @@ import pytest
 from kvreg.fakes.cuda.cuda_python_face import NotModelledError
 from kvreg.fakes.cuda.fake_cuda import FakeCuda
 from kvreg.fakes.cuda.profile import PROFILES
+from kvreg.fakes.doors import door_target
 
 MiB = 1 << 20
 
@@ -28,10 +29,10 @@ def test_patch_puts_the_face_in_place_of_cuda_bindings_driver() -> None:
     with fake.patch():
         from cuda.bindings import driver
 
-        assert driver is fake.driver_api
+        assert door_target(driver) is fake.driver_api
         import cuda.bindings.driver as again
 
-        assert again is fake.driver_api
+        assert door_target(again) is fake.driver_api
 
 
 def test_calls_before_cuinit_give_not_initialized() -> None:

@@ -7,6 +7,7 @@ import operator
 import pytest
 
 from kvreg.fakes.cuda.fake_cuda import FakeCuda
+from kvreg.fakes.doors import door_target
 
 MiB = 1 << 20
 
@@ -88,7 +89,7 @@ def test_check_error_raises_cuda_error_under_patch(fake: FakeCuda) -> None:
     base = fake.virtual(MiB).data_ptr()
     with fake.patch():
         cudart = torch.cuda.cudart()
-        assert cudart is fake.torch
+        assert door_target(cudart) is fake.torch
         ok = cudart.cudaHostRegister(base, MiB, 0)
         torch.cuda.check_error(ok)                          # success: no raise
         dup = cudart.cudaHostRegister(base, MiB, 0)
@@ -104,7 +105,7 @@ def test_patch_is_undone(fake: FakeCuda) -> None:
     torch = pytest.importorskip("torch", reason="torch is not installed")
     before = torch.cuda.cudart
     with fake.patch():
-        assert torch.cuda.cudart() is fake.torch
+        assert door_target(torch.cuda.cudart()) is fake.torch
     assert torch.cuda.cudart is before
 
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from kvreg.fakes.cuda.fake_cuda import FakeCuda
+from kvreg.fakes.doors import door_target
 from kvreg.fakes.patching import patch_cuda_bindings, patch_torch_cudart
 
 GiB = 1 << 30
@@ -51,7 +52,7 @@ def test_patch_torch_restores_cpu_torch_behaviour() -> None:
     fake = FakeCuda()
     before = torch.cuda.cudart
     with fake.patch():
-        assert torch.cuda.cudart() is fake.torch
+        assert door_target(torch.cuda.cudart()) is fake.torch
         # check_error reads the module global _cudart (docs/cuda-runtime.md §7)
         with pytest.raises(torch.cuda.CudaError, match="invalid argument"):
             torch.cuda.check_error(torch.cuda.cudart().cudaHostRegister(0, 0, 0))
@@ -80,7 +81,7 @@ def test_patch_cuda_bindings_import_forms() -> None:
         import cuda.bindings.runtime as b
         from cuda.bindings import runtime as a
 
-        assert a is fake.runtime and b is fake.runtime
+        assert door_target(a) is fake.runtime and door_target(b) is fake.runtime
     from cuda.bindings import runtime as c
     assert c is not fake.runtime
 
@@ -100,8 +101,8 @@ def test_patch_cuda_bindings_without_the_package(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(builtins, "__import__", no_cuda)
     fake = FakeCuda(use_real_types=False)
     with patch_cuda_bindings(fake.runtime):
-        assert sys.modules["cuda.bindings.runtime"] is fake.runtime
-        assert sys.modules["cuda.bindings"].runtime is fake.runtime  # type: ignore[attr-defined]
+        assert door_target(sys.modules["cuda.bindings.runtime"]) is fake.runtime
+        assert door_target(sys.modules["cuda.bindings"].runtime) is fake.runtime  # type: ignore[attr-defined]
     assert "cuda.bindings.runtime" not in sys.modules
     assert "cuda" not in sys.modules
 
@@ -109,7 +110,7 @@ def test_patch_cuda_bindings_without_the_package(monkeypatch: pytest.MonkeyPatch
 def test_legacy_cuda_cudart_path_on_12x_profile() -> None:
     fake = FakeCuda("h100-r575")
     with fake.patch():
-        assert sys.modules["cuda.cudart"] is fake.runtime
+        assert door_target(sys.modules["cuda.cudart"]) is fake.runtime
     assert sys.modules.get("cuda.cudart") is not fake.runtime
 
 

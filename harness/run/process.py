@@ -1,0 +1,190 @@
+"""Process-level configuration: what code under test may read once per process.
+
+Code reads some configuration once: an environment variable at import (SGLang's chunk
+limit ``SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB``, Mooncake's ``MC_MAX_MR_SIZE``), or a
+module-level cache of what the machine has (the device count, a NIC's ``max_mr_size``).
+In a real deployment that is right: those values do not change while a process lives.
+So kvreg makes each worker process one deployment: the supervisor gives a worker only
+scenarios of one :class:`~.target.ProcessConfig` (the environment the scenario sets and
+the machine it models), and the worker sets that environment and imports the
+implementation's own modules anew under a fake of that machine *before* its first
+scenario (:func:`prepare_worker`). Why not detect and refuse instead: refusing would
+make correct code that reads its configuration once (most real code) unusable with kvreg.
+
+Installed packages are not imported anew (they may register process-wide state, such as
+torch operators, that a second import would break): when one of them read a watched
+variable at import with another value than a scenario sets, that scenario is an ``error``
+naming the module and the variable (:func:`import_conflict`), never a ``fail``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from collections.abc import Iterator, MutableMapping
+from contextlib import ExitStack, contextmanager
+from typing import TYPE_CHECKING, Any
+
+from .target import ProcessConfig
+from .targets import get_target
+
+if TYPE_CHECKING:
+    from kvreg.harness.scenario.format import Scenario
+
+__all__ = ["DEFAULT_MACHINES", "WATCHED_ENV", "EnvRead", "import_conflict", "import_scope",
+           "installed", "prepare_worker",
+           "process_config", "watching_env"]
+
+# the variables kvreg sets per scenario (harness/cuda/target.py, harness/mooncake/target.py)
+WATCHED_ENV = ("SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB", "MC_MAX_MR_SIZE")
+_NO_CONFIG = ProcessConfig("none")
+
+EnvRead = tuple[str, str, str | None]    # (variable, module that read it, value it saw)
+
+
+def process_config(sc: Scenario) -> ProcessConfig:
+    """The configuration a worker must have to run ``sc`` (one with nothing set when the
+    scenario's target cannot say: such a scenario fails to build anyway)."""
+    try:
+        target: Any = get_target(sc.target)
+        config = target.process_config(sc)
+    except Exception:
+        return _NO_CONFIG
+    return config if isinstance(config, ProcessConfig) else _NO_CONFIG
+
+
+class _WatchedEnviron(MutableMapping[str, str]):
+    """``os.environ`` that notes which module reads a watched variable (and forwards all)."""
+
+    def __init__(self, real: MutableMapping[str, str], reads: list[EnvRead]) -> None:
+        self._real = real
+        self._reads = reads
+
+    def _note(self, key: object) -> None:
+        if key in WATCHED_ENV:
+            frame = sys._getframe(2)
+            while frame is not None and frame.f_globals.get("__name__") in (
+                    "os", __name__, "_collections_abc", "typing"):
+                frame = frame.f_back    # type: ignore[assignment]
+            module = frame.f_globals.get("__name__", "?") if frame is not None else "?"
+            self._reads.append((str(key), str(module), self._real.get(str(key))))
+
+    def __getitem__(self, key: str) -> str:
+        self._note(key)
+        return self._real[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self._note(key)
+        return self._real.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self._note(key)
+        return key in self._real
+
+    def __setitem__(self, key: str, value: str) -> None:
+        self._real[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self._real[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._real)
+
+    def __len__(self) -> int:
+        return len(self._real)
+
+    def copy(self) -> dict[str, str]:
+        return dict(self._real)
+
+
+@contextmanager
+def watching_env() -> Iterator[list[EnvRead]]:
+    """For the block (an import), note every read of a watched variable and by whom."""
+    reads: list[EnvRead] = []
+    real = os.environ
+    os.environ = _WatchedEnviron(real, reads)  # type: ignore[assignment]  # noqa: B003
+    try:
+        yield reads
+    finally:
+        os.environ = real  # noqa: B003 (the same object put back, nothing cleared)
+
+
+_INSTALLED = tuple(p for p in {sysconfig.get_paths().get(k) for k in
+                               ("stdlib", "platstdlib", "purelib", "platlib")} if p)
+
+
+def installed(module: Any) -> bool:
+    """Whether ``module`` belongs to the interpreter or an installed package (not to the
+    code under test's own files): such modules are never imported a second time."""
+    name = getattr(module, "__name__", "")
+    path = getattr(module, "__file__", None)
+    if name.startswith("kvreg.") or not isinstance(path, str) or not path.endswith(".py"):
+        return True
+    real = os.path.realpath(path)
+    return any(real.startswith(os.path.realpath(p) + os.sep) for p in _INSTALLED)
+
+
+def import_conflict(reads: list[EnvRead], config: ProcessConfig) -> str | None:
+    """Why a scenario of ``config`` cannot run with what installed modules read at import."""
+    env = dict(config.env)
+    for key, module, seen in reads:
+        loaded = sys.modules.get(module)     # gone: nothing of it can answer any more
+        if key in env and env[key] != seen and loaded is not None and installed(loaded):
+            return (f"{module} (an installed package) read {key}={seen!r} when it was "
+                    f"imported, and this scenario sets {key}={env[key]!r}; kvreg imports "
+                    "an installed package once per process, so it cannot give that module "
+                    "this scenario's value (run the scenarios of one value together, with "
+                    "the variable set before kvreg starts)")
+    return None
+
+
+@contextmanager
+def _config_env(config: ProcessConfig) -> Iterator[None]:
+    for key, value in config.env:
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    yield
+
+
+# the machine an import sees when no configuration is chosen yet: each target's defaults
+DEFAULT_MACHINES = {"cuda": ProcessConfig("cuda", (), ("h200-r580",)),
+                    "mooncake": ProcessConfig("mooncake", (), ("released", (("mlx5_0", "mlx5"),),
+                                                               None, False))}
+
+
+_IMPORTING: list[bool] = []
+
+
+@contextmanager
+def import_scope(config: ProcessConfig | None = None) -> Iterator[None]:
+    """Where the implementation is imported: every target's fakes patched in (``config``'s
+    machine for its target, the defaults for the others), so what the code binds at import
+    is a door (fakes/doors.py), and what it calls there is answered. What the import made
+    through a door belongs to no scenario: it is reported when a scenario uses it."""
+    from kvreg.fakes.doors import scenario_scope
+
+    if _IMPORTING:   # inside one already (a worker's, with its configuration): that one holds
+        yield
+        return
+    with ExitStack() as stack:
+        _IMPORTING.append(True)
+        stack.callback(_IMPORTING.pop)
+        stack.enter_context(scenario_scope())
+        for name, default in DEFAULT_MACHINES.items():
+            chosen = config if config is not None and config.target == name else default
+            target: Any = get_target(name)
+            stack.enter_context(target.import_scope(chosen))
+        yield
+
+
+def prepare_worker(config: ProcessConfig, reload: Any) -> Any:
+    """Set ``config``'s environment for good (this process serves that configuration only)
+    and call ``reload()`` under a fake of its machine; returns what ``reload`` returns."""
+    from kvreg.fakes.doors import PROCESS
+
+    PROCESS.carry = True
+    with _config_env(config), import_scope(config):
+        return reload()
