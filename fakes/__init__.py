@@ -1,6 +1,7 @@
 """kvreg.fakes: the simulated CUDA runtime (``cuda/``), RDMA fabric behind the pyverbs API
 (``verbs/``) and Mooncake Store (``mooncake/``), with the machinery they share: the address
-space of virtual buffers, fault plans, the call recorder, patching and the process's mappings.
+space (buffers by address; virtual buffers are real torch tensors over reserved memory,
+``reserved``), fault plans, the call recorder, patching and the process's mappings.
 
 ``from kvreg.fakes import FakeCuda`` is the usual entry; the names resolve lazily so that
 importing the package costs nothing until a fake is built. The CUDA fake's modules live in
@@ -17,14 +18,13 @@ import sys
 from types import ModuleType
 from typing import Any
 
-__all__ = ["PROFILES", "DeviceProfile", "FakeCuda", "FaultPlan", "VirtualTensor"]
+__all__ = ["PROFILES", "DeviceProfile", "FakeCuda", "FaultPlan"]
 
 _LAZY = {
     "FakeCuda": "kvreg.fakes.cuda.fake_cuda",
     "DeviceProfile": "kvreg.fakes.cuda.profile",
     "PROFILES": "kvreg.fakes.cuda.profile",
     "FaultPlan": "kvreg.fakes.faults",
-    "VirtualTensor": "kvreg.fakes.address_space",
 }
 
 # the CUDA fake's modules, importable under the paths they had before fakes/cuda/ held them

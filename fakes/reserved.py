@@ -29,9 +29,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import gc
 import math
 import os
-import threading
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -41,7 +41,7 @@ from .dtypes import as_dtype
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DEFAULT_ALIGN", "Reservation", "live", "release", "reservation_of",
+__all__ = ["DEFAULT_ALIGN", "Reservation", "live", "release", "reservation_of", "reserve",
            "reserve_tensor"]
 
 DEFAULT_ALIGN = 2 << 20         # like a 2 MiB hugepage-aligned mmap
@@ -72,8 +72,10 @@ class _Libc:
 
 
 _LIBC: _Libc | None = None
-_LOCK = threading.Lock()
-_LIVE: dict[int, weakref.ref[Reservation]] = {}    # base -> reservation still mapped
+# base -> reservation still mapped. No lock: a finalizer (``__del__`` run by the collector in
+# the middle of any allocation, also while a lock is held) removes entries, so the table is
+# only changed and copied by single dict operations, which the GIL makes atomic.
+_LIVE: dict[int, weakref.ref[Reservation]] = {}
 
 
 def _libc() -> _Libc:
@@ -98,8 +100,7 @@ class Reservation:
         fd = os.memfd_create(f"kvreg:{name}"[:240] or "kvreg", os.MFD_CLOEXEC)
         try:
             os.ftruncate(fd, self.mapped)
-            region = libc.mmap(None, self.span, _PROT_NONE,
-                               _MAP_PRIVATE | _MAP_ANONYMOUS | _MAP_NORESERVE, -1, 0)
+            region = _reserve(libc, self.span)
             if region in (None, _MAP_FAILED):
                 raise _no_room(nbytes, ctypes.get_errno())
             base = (region + align - 1) & ~(align - 1)
@@ -115,8 +116,7 @@ class Reservation:
         self.fd: int | None = fd
         self.region: int = int(region)
         self.base: int = int(base)
-        with _LOCK:
-            _LIVE[base] = weakref.ref(self)
+        _LIVE[self.base] = weakref.ref(self)
 
     @property
     def end(self) -> int:
@@ -137,8 +137,7 @@ class Reservation:
         fd, self.fd = self.fd, None
         if fd is None:
             return
-        with _LOCK:
-            _LIVE.pop(self.base, None)
+        _LIVE.pop(self.base, None)
         _libc().munmap(self.region, self.span)
         os.close(fd)
 
@@ -150,6 +149,18 @@ class Reservation:
         state = "released" if self.released else "live"
         return (f"Reservation({self.name!r}, base={self.base:#x}, nbytes={self.nbytes}, "
                 f"{state})")
+
+
+def _reserve(libc: _Libc, span: int) -> int | None:
+    """A PROT_NONE reservation of ``span`` bytes; when the address space is full, once more
+    after a garbage collection (unreleased buffers of fakes that are garbage in a reference
+    cycle are unmapped by it)."""
+    flags = _MAP_PRIVATE | _MAP_ANONYMOUS | _MAP_NORESERVE
+    region: int | None = libc.mmap(None, span, _PROT_NONE, flags, -1, 0)
+    if region in (None, _MAP_FAILED) and ctypes.get_errno() == errno.ENOMEM:
+        gc.collect()
+        region = libc.mmap(None, span, _PROT_NONE, flags, -1, 0)
+    return region
 
 
 def _no_room(nbytes: int, err: int) -> MemoryError:
@@ -178,12 +189,20 @@ def reserve_tensor(nbytes: int | None = None, *, dtype: Any = "uint8",
     Give ``nbytes`` (a flat tensor of ``nbytes // itemsize`` elements), ``shape``, or both
     (then they must agree). ``dtype`` is a torch dtype or a name (``"bfloat16"``). The base is
     aligned to ``align`` (a power of two, at least a page). :func:`reservation_of` finds the
-    mapping again from the tensor or any view of it; :func:`release` ends it.
+    mapping again from the tensor or any view of it; :func:`release` ends it. An empty tensor's
+    ``data_ptr()`` is 0, as torch gives it (its reservation is :func:`reserve`'s to keep).
 
     Raises TypeError / ValueError for a bad argument (nothing is mapped then), ValueError where
     torch itself refuses the size (more than 2**63 - 1 bytes or elements), MemoryError where
     the address space has no room.
     """
+    return reserve(nbytes, dtype=dtype, shape=shape, name=name, align=align)[0]
+
+
+def reserve(nbytes: int | None = None, *, dtype: Any = "uint8",
+            shape: Sequence[int] | None = None, name: str = "",
+            align: int = DEFAULT_ALIGN) -> tuple[torch.Tensor, Reservation]:
+    """:func:`reserve_tensor`, with the tensor's :class:`Reservation` (same arguments)."""
     dims = None if shape is None else _dims(shape)
     tdtype = _torch_dtype(dtype)
     itemsize = tdtype.itemsize
@@ -208,7 +227,8 @@ def reserve_tensor(nbytes: int | None = None, *, dtype: Any = "uint8",
         raise ValueError(f"a tensor of shape {dims} and dtype {tdtype} is {size} bytes: torch "
                          f"refuses tensors of more than 2**63 - 1 bytes or elements (int64 "
                          f"sizes)")
-    return _wrap(Reservation(size, align, name or "reserved"), dims, tdtype)
+    res = Reservation(size, align, name or "reserved")
+    return _wrap(res, dims, tdtype), res
 
 
 def _dims(shape: Sequence[int]) -> tuple[int, ...]:
@@ -235,9 +255,7 @@ def reservation_of(tensor: Any) -> Reservation | None:
         ptr = int(tensor.data_ptr())
     except (AttributeError, TypeError, RuntimeError):
         return None
-    with _LOCK:
-        refs = list(_LIVE.items())
-    for base, ref in refs:
+    for base, ref in _LIVE.copy().items():
         res = ref()
         if res is not None and base <= ptr < base + res.mapped:
             return res
@@ -262,6 +280,5 @@ def release(tensor_or_reservation: Any) -> bool:
 
 def live() -> list[Reservation]:
     """Reservations still mapped in this process (released ones that something still holds)."""
-    with _LOCK:
-        refs = list(_LIVE.values())
+    refs = _LIVE.copy().values()
     return [r for r in (ref() for ref in refs) if r is not None and r.fd is not None]

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..address_space import AddressSpace, VirtualTensor
+from ..address_space import AddressSpace
 from ..doors import PROCESS, enlist, make_stale
 from ..faults import FaultPlan, FaultRule
 from ..patching import patch_ctypes_cudart, patch_cuda_bindings, patch_torch_cudart
@@ -30,6 +30,9 @@ from .cuda_runtime import FakeRuntime
 from .driver_face import DRIVER_OUTPUTS, RUNTIME_TWINS, CudaDriverFace
 from .profile import DeviceProfile
 from .torch_face import TorchCudartFace
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["FakeCuda", "LiveRegistration"]
 
@@ -94,8 +97,9 @@ class FakeCuda:
 
     # -- memory -------------------------------------------------------------------------------
     def virtual(self, shape: Sequence[int] | int, dtype: Any = "uint8", *,
-                name: str = "") -> VirtualTensor:
-        """A virtual buffer of any size in this process's address space (no RAM)."""
+                name: str = "") -> torch.Tensor:
+        """A CPU ``torch.Tensor`` of any size over reserved memory in this process's address
+        space (no RAM until touched; ended by ``space.release()``)."""
         return self.space.virtual(shape, dtype, name=name)
 
     def track(self, obj: Any, *, name: str = "") -> Any:

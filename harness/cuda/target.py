@@ -25,7 +25,7 @@ from kvreg.harness.run.progress import Progress
 from kvreg.harness.run.result import CallBudgetExceeded, Violation
 from kvreg.harness.run.target import ProcessConfig, SkipScenario
 
-from .buffers import allocate, allocate_pinnable
+from .buffers import allocate, allocate_pinnable, release
 from .checks import BufferRun, RunRecord, check_run, check_warnings
 from .transfers import copy_every_page
 
@@ -104,6 +104,8 @@ class CudaWorld:
     def isolation(self) -> AbstractContextManager[Any]:
         chunk_gb = chunk_env(self.sc)
         stack = ExitStack()
+        if not self.real_hw:    # last on the way out: the scenario's buffers end with it
+            stack.callback(release, [self.fake.space])
         stack.enter_context(patch_torch_cudart(self.fake.torch) if self.real_hw
                             else self.fake.patch())
         stack.enter_context(env_var(ENV_CHUNK_GB, chunk_gb))

@@ -100,7 +100,7 @@ def test_a_held_view_keeps_the_mapping_until_it_is_dropped() -> None:
 ])
 def test_bad_sizes_are_refused_and_map_nothing(kwargs: dict[str, object], exc: type,
                                                text: str) -> None:
-    before = len(reserved.live())
+    before = {r.base for r in reserved.live()}
     with pytest.raises(exc, match=text.replace("*", r"\*")):
         reserved.reserve_tensor(**kwargs)  # type: ignore[arg-type]
-    assert len(reserved.live()) == before
+    assert {r.base for r in reserved.live()} <= before      # (a collection may end some)

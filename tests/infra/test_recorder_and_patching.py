@@ -122,8 +122,8 @@ def test_patch_torch_yields_whether_torch_was_patched() -> None:
 
 def test_two_fakes_are_independent() -> None:
     a, b = FakeCuda(), FakeCuda()
-    ba, bb = a.virtual(GiB), b.virtual(GiB)
-    assert ba.data_ptr() == bb.data_ptr()  # same virtual address, separate processes
+    ba = a.virtual(GiB)
+    bb = b.track(ba, name="same")          # the same address, as in a separate process
     assert a.torch.cudaHostRegister(ba.data_ptr(), GiB, 0) == 0
     assert b.torch.cudaHostRegister(bb.data_ptr(), GiB, 0) == 0  # no cross-talk
     a.inject("cudaHostUnregister", nth=1, error=713)
