@@ -202,3 +202,17 @@ def test_whole_message_joins_lines() -> None:
                                   "argument types are supported: 1. (arg0: cudaError) -> str "
                                   "Invoked with: 2")
     assert whole_message("x" * 5000).endswith("... (1000 more characters)")
+
+
+def test_an_empty_buffer_gives_no_recovered_warning() -> None:
+    """A failed call on a zero-byte buffer recovered nothing: an empty pool is trivially
+    "fully registered", which used to read "recovered ... in 0 registration(s)"."""
+    from kvreg.harness.run.endstate import BufferEnd, FailedCall, recovered_warnings
+
+    failed = [FailedCall(0, "cudaHostRegister", 0x1000, 4096, 2, "cudaErrorMemoryAllocation")]
+    empty = BufferEnd("kv", 0x1000, 0, 4096, True, None, 1, [], failed)
+    assert recovered_warnings([empty]) == []
+    whole = BufferEnd("kv", 0x1000, 8192, 4096, True, None, 3, [(0x1000, 8192)], failed)
+    (w,) = recovered_warnings([whole])
+    assert w.rule == "recovered" and "(call #1) returned 2" in w.message \
+        and "fully registered in 1 registration(s)" in w.message
