@@ -3,7 +3,10 @@
 Describes a pool on the command line (``kvreg plan mla layout=page_first_direct
 layer_num=61 ...``), plans it under kvreg's reference, SGLang's upstream algorithm and the
 byte-offset bug, and says for each: calls, largest call, calls at or above the 512 GiB
-per-call ceiling, and the pages that would straddle a seam.
+per-call ceiling, and the pages that would straddle a seam. With ``--mc-max-mr-size`` or
+``--device-max-mr`` it plans Mooncake MRs instead: every plan is judged against the
+effective MR limit (docs/mooncake-verbs.md §6.2; the released store rejects a larger MR with
+-600, §1.6), and the CUDA per-call ceiling does not apply.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 from kvreg.harness.mooncake.reference import effective_mr_limit
 from kvreg.harness.plan.chunking import ALGORITHMS, PlanError, PoolPlan, plan_pool
+from kvreg.harness.plan.sizes import size_text
 from kvreg.harness.pools import POOL_TYPES, GeometryError, make_geometry
 from kvreg.harness.pools.families import extent_at
 from kvreg.harness.scenario.size_limits import size_problem
@@ -34,12 +38,13 @@ def add_parser(sub: Any) -> None:
                    help="geometry parameters, e.g. layout=page_first layer_num=61 "
                         "dtype=bfloat16 page_size=64 page_num=100000 (JSON values allowed)")
     limit = p.add_mutually_exclusive_group()
-    limit.add_argument("--chunk-gb", type=positive_int, default=256,
+    limit.add_argument("--chunk-gb", type=positive_int, default=None,
                        help="SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB (default 256)")
     limit.add_argument("--limit-bytes", type=positive_int, help="chunk limit in bytes")
     limit.add_argument("--mc-max-mr-size", help="plan MRs: MC_MAX_MR_SIZE as in the environment")
-    p.add_argument("--device-max-mr", type=int, action="append", default=[],
-                   help="a NIC's max_mr_size (repeatable), with --mc-max-mr-size")
+    p.add_argument("--device-max-mr", type=positive_int, action="append", default=[],
+                   help="plan MRs: a NIC's max_mr_size in bytes (repeatable; MC_MAX_MR_SIZE "
+                        "unset unless --mc-max-mr-size is given)")
     p.add_argument("--fastdeploy-clamp", action="store_true",
                    help="with --mc-max-mr-size: FastDeploy's 1-6 GiB clamp")
     p.add_argument("--algorithm", choices=[*ALGORITHMS, "all"], default="all")
@@ -67,20 +72,42 @@ def parse_params(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def _summary(plan: PoolPlan, ceiling: int | None) -> str:
-    over = plan.over_ceiling(ceiling)
+def _summary(plan: PoolPlan, ceiling: int | None, mr: bool) -> str:
+    """One plan's line: its registrations, the largest, and what is wrong with it."""
     problems = []
-    if over:
-        problems.append(f"{over} call(s) at or above the {ceiling // GiB if ceiling else 0} GiB "
-                        "per-call ceiling: cudaHostRegister returns 2 (out of memory) on R580+")
+    if mr:
+        over = plan.over_limit()
+        if over:
+            problems.append(f"{over} MR(s) above the effective MR limit {size_text(plan.limit)}"
+                            ": the released store's register_buffer returns -600 "
+                            "(INVALID_PARAMS) for each and registers nothing (head splits "
+                            "it, docs/mooncake-verbs.md §1.6)")
+    else:
+        over = plan.over_ceiling(ceiling)
+        if over:
+            problems.append(f"{over} call(s) at or above the "
+                            f"{ceiling // GiB if ceiling else 0} GiB per-call ceiling: "
+                            "cudaHostRegister returns 2 (out of memory) on R580+")
     if plan.straddling_count:
         assert plan.families is not None
         first = next(b for b in plan.buffers if b.straddle_count)
         _, off, _, page = extent_at(plan.families, first.hits.rows[0])
-        problems.append(f"{plan.straddling_count} page extent(s) straddle a seam, first: page "
+        seam = "an MR seam" if mr else "a seam"
+        problems.append(f"{plan.straddling_count} page extent(s) straddle {seam}, first: page "
                         f"{page} of {first.spec.name} at offset {off}")
     verdict = "OK" if not problems else "; ".join(problems)
-    return (f"{plan.algorithm:<12} calls={plan.calls:<6} largest={plan.largest:<16} {verdict}")
+    word = "MRs" if mr else "calls"
+    return f"{plan.algorithm:<12} {word}={plan.calls:<6} largest={plan.largest:<16} {verdict}"
+
+
+def _legend(mr: bool) -> str:
+    if mr:
+        return ("legend: MRs = memory regions the plan registers; largest = bytes of the "
+                "largest MR; first/last = the first and last MR of a buffer; OK = no MR above "
+                "the effective MR limit and no page extent across an MR seam")
+    return ("legend: calls = cudaHostRegister calls the plan makes; largest = bytes of the "
+            "largest call; first/last = the first and last call of a buffer; OK = no call at or "
+            "above the per-call ceiling and no page extent across a seam")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,33 +118,49 @@ def run(args: argparse.Namespace) -> int:
         too_big = size_problem(geometry)
         if too_big:
             raise PlanError(too_big)
-        if args.mc_max_mr_size is not None:
+        mr = args.mc_max_mr_size is not None or bool(args.device_max_mr)
+        if mr and (args.chunk_gb is not None or args.limit_bytes is not None):
+            raise UsageError("--device-max-mr plans MRs: it cannot be combined with "
+                             "--chunk-gb or --limit-bytes (CUDA chunk limits)")
+        if args.fastdeploy_clamp and not mr:
+            raise UsageError("--fastdeploy-clamp needs --mc-max-mr-size or --device-max-mr")
+        if mr:
             limit = effective_mr_limit(args.mc_max_mr_size, args.device_max_mr,
                                        fastdeploy_clamp=args.fastdeploy_clamp)
         elif args.limit_bytes is not None:
             limit = args.limit_bytes
         else:
-            limit = args.chunk_gb * GiB
+            limit = (args.chunk_gb or 256) * GiB
         algorithms = ALGORITHMS if args.algorithm == "all" else (args.algorithm,)
         plans = [plan_pool(geometry, limit, a) for a in algorithms]
     except (GeometryError, PlanError, UsageError) as exc:
         print(f"kvreg plan: error: {exc}", file=sys.stderr)
         return 2
-    ceiling = args.ceiling_gb * GiB if args.ceiling_gb > 0 else None
+    ceiling = None if mr or args.ceiling_gb <= 0 else args.ceiling_gb * GiB
+    what = "effective MR limit" if mr else "chunk limit"
+    out = sys.stderr if args.json == "-" else sys.stdout    # stdout holds only the JSON then
     print(f"{geometry.pool_type} {geometry.layout}: {len(geometry.buffers())} buffer(s), "
-          f"{geometry.total_nbytes} bytes, {geometry.page_count} pages; chunk limit {limit}")
+          f"{geometry.total_nbytes} bytes, {geometry.page_count} pages; {what} {limit}"
+          + (f" ({size_text(limit)})" if limit >= 1 << 10 else ""), file=out)
     for plan in plans:
-        print(_summary(plan, ceiling))
+        print(_summary(plan, ceiling, mr), file=out)
         for bp in plan.buffers:
             d = bp.as_dict(plan.families, limit_rows=3)
+            word = "MRs" if mr else "calls"
+            note = d["note"].replace("one call", "one MR") if mr else d["note"]
+            sizes = (f" first={size_text(bp.plan.chunks[0][1])} "
+                     f"last={size_text(bp.plan.chunks[-1][1])}" if bp.plan.chunks else "")
             print(f"    {d['buffer']:<24} bytes={d['nbytes']:<16} "
                   f"upstream_G={d['upstream_granularity']} copy_unit={d['copy_unit']} "
-                  f"chunk={d['chunk']} calls={d['calls']}"
-                  + (f"  ({d['note']})" if d["note"] else ""))
+                  f"chunk={d['chunk']} {word}={d['calls']}{sizes}"
+                  + (f"  ({note})" if note else ""), file=out)
+    print(_legend(mr), file=out)
     if args.json:
-        doc = {"geometry": geometry.describe(), "chunk_limit": limit,
-               "per_call_ceiling": ceiling,
-               "plans": [dict(p.as_dict(), over_ceiling=p.over_ceiling(ceiling)) for p in plans]}
+        doc: dict[str, Any] = {
+            "geometry": geometry.describe(), "chunk_limit": limit,
+            "limit_kind": "mr" if mr else "chunk", "per_call_ceiling": ceiling,
+            "plans": [dict(p.as_dict(), over_ceiling=p.over_ceiling(ceiling),
+                           over_limit=p.over_limit()) for p in plans]}
         text = json.dumps(doc, indent=2)
         if args.json == "-":
             print(text)
@@ -128,5 +171,5 @@ def run(args: argparse.Namespace) -> int:
         from kvreg.harness.plan.svg import render_svg
 
         with open(args.svg, "w") as fh:
-            fh.write(render_svg(plans))
+            fh.write(render_svg(plans, mr=mr))
     return 0

@@ -20,6 +20,7 @@ from kvreg.harness.run.baseline import (
     load_baseline,
     write_baseline,
 )
+from kvreg.harness.run.causes import causes
 from kvreg.harness.run.sharding import Shard, ShardError, parse_shard, shard_of
 
 from .checks import UsageError, check_output_path
@@ -101,5 +102,5 @@ def finish(plan: RunPlan, results: Sequence[Any], out: TextIO, *, failed: int) -
         out.write(f"kvreg run: wrote {n} known failure(s) to {plan.write_baseline_path}\n")
         code = 0
     if plan.junit_path is not None:
-        write_junit(plan.junit_path, results, known=known)
+        write_junit(plan.junit_path, results, known=known, causes=causes(results))
     return code

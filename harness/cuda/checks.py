@@ -149,7 +149,8 @@ def check_run(r: RunRecord) -> list[Violation]:
                 "error-swallowed",
                 f"cudaHostRegister returned {e.code} ({error_string(e.code or 0)}) at "
                 f"{_where(r, int(e.args[0]))} (call #{e.seq + 1}) but register() of {b.spec.name} "
-                "returned normally: the pool would run unpinned"
+                "returned normally: the pool would run "
+                + ("partly unpinned" if end_of[b.spec.name].live else "unpinned")
                 + (f" (it only logged: {logged!r})" if logged else ""), e.seq))
     # expectations
     if r.expect == "success":
@@ -223,10 +224,19 @@ def check_run(r: RunRecord) -> list[Violation]:
                                  f"({e.code} {error_name(e.code)})", e.seq))
 
     # nothing left registered, except what an injected rollback failure pinned for good
+    # while register raised (its exception is how the caller learns of it)
     for ptr, size in r.live_end:
-        if ptr in rollback_injected:
-            continue
         owner = _owner(r, ptr, size)
+        if ptr in rollback_injected:
+            if owner is not None and owner.error is None and owner.spec.name in swallowed:
+                call = next(e for e in unregs if e.injected and int(e.args[0]) == ptr)
+                out.append(Violation("leak", f"chunk [{_where(r, ptr)}, +{size}) is still "
+                                     f"registered: its rollback cudaHostUnregister (call "
+                                     f"#{call.seq + 1}) returned {call.code} "
+                                     f"{error_name(call.code or 0)} and register() of "
+                                     f"{owner.spec.name} returned normally, so nothing "
+                                     "tracks it any more", 1 << 41))
+            continue
         if owner is not None and owner.error is not None:
             msg = (f"chunk [{_where(r, ptr)}, +{size}) is still registered after register() of "
                    f"{owner.spec.name} failed: {_rollback(r, owner, rollback_injected)}")

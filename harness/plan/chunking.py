@@ -168,6 +168,11 @@ class PoolPlan:
             return 0
         return sum(1 for b in self.buffers for _, s in b.plan.chunks if s >= ceiling)
 
+    def over_limit(self) -> int:
+        """Registrations above the limit the plan was made for: only a plan that ignores it
+        (upstream's one call per buffer) has any; under an MR limit each is refused."""
+        return sum(1 for b in self.buffers for _, s in b.plan.chunks if s > self.limit)
+
     def as_dict(self, limit_rows: int = 20) -> dict[str, Any]:
         return {
             "pool_type": self.geometry.pool_type, "layout": self.geometry.layout,

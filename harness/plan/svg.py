@@ -6,6 +6,9 @@ as dark lines (labelled with their offsets), the chunk size, and the pages that 
 red; below, zoomed views of the pages around the first seams that cut a page (or the first
 seams, when none does). The drawing costs seams and zooms, never pages: pages come from the
 closed-form extent families, and seam lines and red marks are capped, with a note saying so.
+In MR mode (``mr=True``) the registrations are Mooncake MRs judged against the MR limit:
+an MR above it is outlined in red and its panel's heading is red. Sizes are exact where two
+decimals would hide the difference (:mod:`.sizes`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from xml.sax.saxutils import escape
 import numpy as np
 
 from kvreg.harness.plan.chunking import BufferPlan, PoolPlan
+from kvreg.harness.plan.sizes import size_text
 from kvreg.harness.pools.base import ExtentFamily
 from kvreg.harness.pools.families import extent_at, touching_pages
 
@@ -29,13 +33,8 @@ MAX_SEAM_LINES = 400     # per bar; above it every k-th seam is drawn and a note
 MAX_MARKS = 200          # straddling page marks per bar (the count is exact)
 REGION_COLOURS = ("#cfe3f7", "#d9f0d3", "#f6e3c6", "#e6d6f0")
 OK_PAGE, BAD_PAGE, SEAM = "#9ec5e8", "#d7301f", "#222222"
-
-
-def _fmt_bytes(n: int) -> str:
-    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"
+MAX_OVER = 200           # over-limit registrations outlined per bar
+_fmt_bytes = size_text
 
 
 def _text(x: float, y: float, s: str, size: int = 11, anchor: str = "start",
@@ -59,14 +58,20 @@ def _seam_line(x: float, y0: float, y1: float, width: float, title: str) -> str:
             f'stroke="{SEAM}" stroke-width="{width}"><title>{escape(title)}</title></line>')
 
 
-def _buffer_bar(plan: PoolPlan, bp: BufferPlan, x0: float, y: float) -> list[str]:
+def _buffer_bar(plan: PoolPlan, bp: BufferPlan, x0: float, y: float,
+                word: str = "call") -> list[str]:
     spec = bp.spec
     width = PANEL_W - 2 * MARGIN
     total = max(spec.nbytes, 1)
     scale = width / total
-    chunk = bp.plan.chunks[0][1] if bp.plan.chunks else 0
-    out = [_text(x0, y - 20, f"{spec.name}: {_fmt_bytes(spec.nbytes)}, {bp.plan.calls} call(s) "
-                 f"of {_fmt_bytes(chunk)}", 12),
+    chunks = bp.plan.chunks
+    chunk = chunks[0][1] if chunks else 0
+    last = (f", the last of {_fmt_bytes(chunks[-1][1])}"
+            if len(chunks) > 1 and chunks[-1][1] != chunk else "")
+    over = [(off, size) for off, size in chunks if size > plan.limit] if word == "MR" else []
+    out = [_text(x0, y - 20, f"{spec.name}: {_fmt_bytes(spec.nbytes)}, {bp.plan.calls} "
+                 f"{word}(s) of {_fmt_bytes(chunk)}{last}", 12,
+                 colour=BAD_PAGE if over else "#111"),
            _text(x0, y - 6, f"unit {_fmt_bytes(bp.unit) if bp.unit is not None else 'none'}, "
                  f"{bp.straddle_count} straddling page extent(s)", 11,
                  colour=BAD_PAGE if bp.straddle_count else "#111")]
@@ -81,6 +86,12 @@ def _buffer_bar(plan: PoolPlan, bp: BufferPlan, x0: float, y: float) -> list[str
             _, off, size, page = extent_at(plan.families, r)
             out.append(_rect(x0 + off * scale, y - 2, max(size * scale, 2.0), BAR_H + 4,
                              BAD_PAGE, "straddle", f"page {page} at {_fmt_bytes(off)}"))
+    for off, size in over[:MAX_OVER]:
+        out.append(f'<rect class="over-limit" x="{x0 + off * scale:.2f}" y="{y - 3:.1f}" '
+                   f'width="{max(size * scale, 1.0):.2f}" height="{BAR_H + 6:.1f}" '
+                   f'fill="none" stroke="{BAD_PAGE}" stroke-width="3"><title>'
+                   f'{escape(f"MR of {size} bytes above the MR limit {plan.limit}")}'
+                   "</title></rect>")
     seams = bp.plan.seams
     step = max(1, -(-len(seams) // MAX_SEAM_LINES))
     for seam in seams[::step]:
@@ -94,8 +105,10 @@ def _buffer_bar(plan: PoolPlan, bp: BufferPlan, x0: float, y: float) -> list[str
         notes.append(f"every {step}th of {len(seams)} seams drawn")
     if bp.straddle_count > MAX_MARKS:
         notes.append(f"first {MAX_MARKS} of {bp.straddle_count} straddling pages marked")
+    if over:
+        notes.append(f"{len(over)} {word}(s) above the MR limit {_fmt_bytes(plan.limit)}")
     if bp.note:
-        notes.append(bp.note)
+        notes.append(bp.note.replace("one call", "one MR") if word == "MR" else bp.note)
     for k, note in enumerate(notes):
         out.append(_text(x0, y + BAR_H + 16 + 13 * k, note, 10, cls="note"))
     return out
@@ -153,34 +166,42 @@ def _zoom_targets(plan: PoolPlan) -> list[tuple[BufferPlan, int, bool]]:
     return bad + clean if bad else clean
 
 
-def _panel(plan: PoolPlan, x0: float, max_zooms: int) -> tuple[list[str], float]:
-    body = [_text(x0, 44, f"{plan.algorithm}: {plan.calls} call(s), largest "
-                  f"{_fmt_bytes(plan.largest)}, {plan.straddling_count} straddling page "
-                  "extent(s)", 12, colour=BAD_PAGE if plan.straddling_count else "#111")]
+def _panel(plan: PoolPlan, x0: float, max_zooms: int, mr: bool) -> tuple[list[str], float]:
+    word = "MR" if mr else "call"
+    over = plan.over_limit() if mr else 0
+    head = (f"{plan.algorithm}: {plan.calls} {word}(s), largest {_fmt_bytes(plan.largest)}, "
+            + (f"{over} above the MR limit, " if mr else "")
+            + f"{plan.straddling_count} straddling page extent(s)")
+    body = [_text(x0, 44, head, 12, colour=BAD_PAGE if plan.straddling_count or over
+                  else "#111", cls="panel-head")]
     y = 90.0
     for bp in plan.buffers:
-        body += _buffer_bar(plan, bp, x0, y)
+        body += _buffer_bar(plan, bp, x0, y, word)
         y += BAR_H + 80
     if plan.families is not None:
         targets = _zoom_targets(plan)
-        for bp, seam, cuts in targets[:max_zooms]:
+        shown = targets[:max_zooms]
+        for bp, seam, cuts in shown:
             body += _zoom(plan, bp, seam, x0, y + 10,
                           f"zoom: {bp.spec.name} around seam {_fmt_bytes(seam)}"
                           + (" - a page crosses it" if cuts else " - pages meet it cleanly"))
             y += ZOOM_H + 50
-        if len(targets) > max_zooms:
-            more = len(targets) - max_zooms
+        # every seam of the plan that has no zoom, counted the same way in every panel
+        seams = sum(len(bp.plan.seams) for bp in plan.buffers)
+        more = seams - len({(bp.index, seam) for bp, seam, _ in shown})
+        if more > 0:
             body.append(_text(x0, y + 4, f"{more} more seam(s) not zoomed"
                               + (" (seams that cut a page come first)" if targets[0][2]
-                                 else ""), 10, cls="note"))
+                                 else ""), 10, cls="note more-seams"))
             y += 20
     return body, y
 
 
-def _legend(y: float) -> list[str]:
+def _legend(y: float, mr: bool = False) -> list[str]:
     items = [(REGION_COLOURS[0], "buffer region (K/V half, layer slab)"),
-             (BAD_PAGE, "page extent that crosses a seam"),
-             (OK_PAGE, "page extent inside one chunk (zooms)")]
+             (BAD_PAGE, "page extent that crosses a seam"
+              + (" / MR above the MR limit (outline)" if mr else "")),
+             (OK_PAGE, "page extent inside one " + ("MR" if mr else "chunk") + " (zooms)")]
     out = []
     x = MARGIN
     for colour, label in items:
@@ -193,8 +214,10 @@ def _legend(y: float) -> list[str]:
     return out
 
 
-def render_svg(plans: PoolPlan | Sequence[PoolPlan], *, max_zooms: int = 4) -> str:
-    """The SVG document: one panel per plan (algorithm), side by side, and a legend."""
+def render_svg(plans: PoolPlan | Sequence[PoolPlan], *, max_zooms: int = 4,
+               mr: bool = False) -> str:
+    """The SVG document: one panel per plan (algorithm), side by side, and a legend;
+    ``mr``: the plans are Mooncake MRs under an MR limit."""
     group = [plans] if isinstance(plans, PoolPlan) else list(plans)
     if not group:
         raise ValueError("render_svg needs at least one plan")
@@ -202,14 +225,15 @@ def render_svg(plans: PoolPlan | Sequence[PoolPlan], *, max_zooms: int = 4) -> s
     body: list[str] = []
     height = 0.0
     for i, plan in enumerate(group):
-        panel, y = _panel(plan, MARGIN + i * PANEL_W, max_zooms)
+        panel, y = _panel(plan, MARGIN + i * PANEL_W, max_zooms, mr)
         body += panel
         height = max(height, y)
     width = PANEL_W * len(group) + MARGIN
     title = (f"kvreg plan: {g.pool_type} {g.layout}, {_fmt_bytes(g.total_nbytes)} in "
-             f"{g.page_count} pages, chunk limit {_fmt_bytes(group[0].limit)}")
+             f"{g.page_count} pages, {'MR' if mr else 'chunk'} limit "
+             f"{_fmt_bytes(group[0].limit)}")
     height += 40
-    body += _legend(height - 12)
+    body += _legend(height - 12, mr)
     h = int(height)
     head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" '
             f'viewBox="0 0 {width} {h}">')

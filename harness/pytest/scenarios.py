@@ -21,6 +21,7 @@ import pytest
 
 from kvreg.harness.run.adapters import Implementation, ImplementationError, make_implementation
 from kvreg.harness.run.baseline import Baseline, BaselineError, failure_rules, load_baseline
+from kvreg.harness.run.causes import causes, hints, render_causes
 from kvreg.harness.run.limits import (
     DEFAULT_MEMORY,
     DEFAULT_TIMEOUT_S,
@@ -117,6 +118,7 @@ class ScenarioPlugin:
                            config.getini("kvreg_backend") or "fake")
         self.limits = scenario_limits(config)
         self._supervisor: Supervisor | None = None
+        self.results: list[ScenarioResult] = []     # for the causes of the summary
 
     def implementation(self) -> Implementation:
         if self._impl is None:
@@ -154,7 +156,24 @@ class ScenarioPlugin:
         if self._supervisor is None:
             self._supervisor = Supervisor(self.implementation(), backend=self.backend,
                                           limits=self.limits)
-        return self._supervisor.run_one(sc)
+        result = self._supervisor.run_one(sc)
+        self.results.append(result)
+        return result
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """The root causes of the failing scenarios and the hints, as ``kvreg run`` prints
+        them first (with pytest-xdist each worker holds its own results: none here)."""
+        impl = self._impl
+        block = render_causes(causes(self.results))
+        advice = hints(self.results, pinning=impl.pinning if impl else None,
+                       style=impl.style if impl else "reference")
+        if not block and not advice:
+            return
+        terminalreporter.section("kvreg causes")
+        for line in block:
+            terminalreporter.write_line(line)
+        for note in advice:
+            terminalreporter.write_line(f"hint: {note}")
 
     def pytest_unconfigure(self) -> None:
         if self._supervisor is not None:

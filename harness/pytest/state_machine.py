@@ -22,6 +22,13 @@ and ``teardown(ranges)``. The machine holds ``fake.patch()`` open for the whole 
 the code's own loads reach the fake; the driver twins ``cuMemHostRegister`` /
 ``cuMemHostUnregister`` count as registration calls (faults are armed on both), and the same
 rules judge every style.
+
+``style = "mooncake"`` drives a Mooncake store instead (a fake ``MooncakeDistributedStore``,
+released profile, set up over RDMA on one mlx5 NIC): ``register(store, ptr, nbytes, *,
+max_mr_size, granularity) -> ranges`` and ``teardown(store, ranges)``, as ``kvreg run
+--style mooncake`` calls them. The limit is the MR limit, a failing call is
+``register_buffer`` returning -600 (INVALID_PARAMS), the live registrations are the store's
+buffers, and the copy rule is skipped (the store moves bytes with put/get, not a batch copy).
 """
 
 from __future__ import annotations
@@ -37,13 +44,23 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invaria
 from kvreg.fakes.cuda.fake_cuda import FakeCuda
 from kvreg.harness.cuda import reference
 from kvreg.harness.cuda.checks import REGISTER_APIS, UNREGISTER_APIS
+from kvreg.harness.mooncake import reference as mooncake_reference
 from kvreg.harness.run.adapters import SELF_REACHING
 
 __all__ = ["RegistrationMachine"]
 
 ENV_CHUNK_GB = "SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB"
 GiB = 1 << 30
-MACHINE_STYLES = ("generic", "sglang", *SELF_REACHING)
+MACHINE_STYLES = ("generic", "sglang", *SELF_REACHING, "mooncake")
+INVALID_PARAMS = -600      # what the released store's register_buffer returns for a bad MR
+
+
+class _Live:
+    """A live registration, whichever fake holds it."""
+
+    def __init__(self, base: int, size: int) -> None:
+        self.base = base
+        self.size = size
 
 
 class _Pool:
@@ -61,7 +78,9 @@ class RegistrationMachine(RuleBasedStateMachine):
     "sglang" (``register(buffer, G)`` with cudart from ``torch.cuda.cudart()`` and the
     limit from SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB, in whole GiB), or "ctypes" / "driver"
     (``register(ptr, nbytes, *, granularity, chunk_limit)`` / ``teardown(ranges)``; the code
-    loads libcudart or the driver binding itself).
+    loads libcudart or the driver binding itself), or "mooncake" (``register(store, ptr,
+    nbytes, *, max_mr_size, granularity)`` / ``teardown(store, ranges)`` on a fake store;
+    without ``register_impl`` it runs kvreg's Mooncake reference).
     """
 
     style: ClassVar[str] = "generic"
@@ -77,13 +96,48 @@ class RegistrationMachine(RuleBasedStateMachine):
             raise ValueError(f"{type(self).__name__}.style must be one of "
                              f"{', '.join(MACHINE_STYLES)}; got {self.style!r}")
         self.fake = FakeCuda(self.profile)
-        self._patch = self.fake.patch()
+        self.mooncake: Any = None
+        self.store: Any = None
+        if self.style == "mooncake":
+            from kvreg.fakes.mooncake import FakeMooncake
+
+            self.mooncake = FakeMooncake("released")
+            self._patch = self.mooncake.patch()
+            self.store = self.mooncake.store()
+            rc = self.store.setup("node0", "P2PHANDSHAKE", 64 << 20, 16 << 20, "rdma",
+                                  "mlx5_0", "127.0.0.1:50051")
+            assert rc == 0, f"the fake store's setup returned {rc}"
+        else:
+            self._patch = self.fake.patch()
         self._patch.__enter__()
         self._old_env = os.environ.get(ENV_CHUNK_GB)
         self.model: dict[int, tuple[int, int]] = {}   # base -> (nbytes, page) of live pools
+        self.limits: dict[int, int] = {}              # base -> the limit it was registered under
 
     # -- calling the implementation in its style --------------------------------------------------
+    def _impls(self) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        cls = type(self)
+        if self.style == "mooncake" and cls.register_impl is reference.register:
+            return mooncake_reference.register, mooncake_reference.teardown
+        return cls.register_impl, cls.teardown_impl
+
+    def _live(self) -> list[_Live]:
+        if self.mooncake is not None:
+            return [_Live(b.base, b.size) for b in self.mooncake.live_buffers()]
+        return [_Live(r.base, r.size) for r in self.fake.live_registrations()]
+
+    def _arm(self, fail_nth: int | None) -> list[Any]:
+        if fail_nth is None:
+            return []
+        if self.mooncake is not None:
+            return [self.mooncake.inject("register_buffer", nth=fail_nth,
+                                         error=INVALID_PARAMS)]
+        return [self.fake.inject(api, nth=fail_nth, error=2) for api in sorted(REGISTER_APIS)]
+
     def _register(self, buffer: Any, page: int, limit: int) -> Any:
+        if self.style == "mooncake":
+            return self._impls()[0](self.store, buffer.data_ptr(), buffer.nbytes,
+                                    max_mr_size=limit, granularity=page)
         if self.style == "sglang":
             os.environ[ENV_CHUNK_GB] = str(limit // GiB)
             type(self).register_impl(buffer, page)
@@ -95,7 +149,9 @@ class RegistrationMachine(RuleBasedStateMachine):
                                         granularity=page, chunk_limit=limit)
 
     def _teardown(self, pool: _Pool) -> None:
-        if self.style == "sglang":
+        if self.style == "mooncake":
+            self._impls()[1](self.store, pool.handle)
+        elif self.style == "sglang":
             type(self).teardown_impl(pool.buffer)
         elif self.style in SELF_REACHING:
             type(self).teardown_impl(pool.handle)
@@ -109,31 +165,34 @@ class RegistrationMachine(RuleBasedStateMachine):
     def register(self, page_kib: int, pages: int, limit_gib: int,
                  fail_nth: int | None) -> Any:
         page = page_kib * 1024
-        buffer = self.fake.virtual(page * pages, "uint8", name=f"pool{len(self.model)}")
-        # the nth registration call fails with out-of-memory (2 at both levels), whichever
-        # door the code takes: an implementation uses one, so only one rule can fire
-        armed = [self.fake.inject(api, nth=fail_nth, error=2)
-                 for api in sorted(REGISTER_APIS)] if fail_nth is not None else []
+        space = self.mooncake if self.mooncake is not None else self.fake
+        buffer = space.virtual(page * pages, "uint8", name=f"pool{len(self.model)}")
+        # the nth registration call fails (out-of-memory, 2 at both CUDA levels, whichever
+        # door the code takes; -600 from a store's register_buffer)
+        armed = self._arm(fail_nth)
         try:
             handle = self._register(buffer, page, limit_gib * GiB)
         except Exception:
             fired = any(a.fired for a in armed)
             assert fired, "[unexpected-error] register raised without a failing call"
-            mine = [r for r in self.fake.live_registrations()
+            mine = [r for r in self._live()
                     if buffer.data_ptr() <= r.base < buffer.data_ptr() + buffer.nbytes]
             assert not mine, (f"[not-rolled-back] failed register left {len(mine)} chunk(s) "
                               "registered")
             return _multiple_none()
         finally:
-            self.fake.faults.clear()
+            (self.mooncake or self.fake).faults.clear()
         if any(a.fired for a in armed):
             raise AssertionError("[error-swallowed] a registration call failed but register() "
                                  "returned normally")
         self.model[buffer.data_ptr()] = (buffer.nbytes, page)
+        self.limits[buffer.data_ptr()] = limit_gib * GiB
         return _Pool(buffer, page, pages, handle)
 
     @rule(pool=pools)
     def copy_every_page(self, pool: _Pool) -> None:
+        if self.mooncake is not None:
+            return          # a store moves bytes by put/get; registration is judged below
         rt = self.fake.runtime
         n = pool.pages
         _, dev = rt.cudaMalloc(pool.page)
@@ -155,7 +214,11 @@ class RegistrationMachine(RuleBasedStateMachine):
         self._teardown(pool)
         self._teardown(pool)
         del self.model[pool.buffer.data_ptr()]
-        codes = [c for api in sorted(UNREGISTER_APIS) for c in self.fake.trace.codes(api)]
+        if self.mooncake is not None:
+            codes = [c for e in self.mooncake.trace if e.api == "unregister_buffer"
+                     for c in [e.code] if c is not None]
+        else:
+            codes = [c for api in sorted(UNREGISTER_APIS) for c in self.fake.trace.codes(api)]
         assert all(c == 0 for c in codes), f"[unregister-not-a-live-base] an unregister " \
                                            f"failed: {codes}"
 
@@ -163,13 +226,16 @@ class RegistrationMachine(RuleBasedStateMachine):
     @invariant()
     def registrations_cover_exactly_the_live_pools(self) -> None:
         covered: dict[int, int] = {}
-        for r in self.fake.live_registrations():
+        for r in self._live():
             owner = next((b for b, (n, _) in self.model.items() if b <= r.base < b + n), None)
             assert owner is not None, (f"[range-outside-buffer] registration at {r.base:#x} "
                                        "belongs to no live pool")
             nbytes, page = self.model[owner]
             assert r.base + r.size <= owner + nbytes, ("[range-outside-buffer] registration "
                                                        "runs past its pool")
+            if self.mooncake is not None and r.size > self.limits[owner]:
+                raise AssertionError(f"[mr-over-limit] an MR of {r.size} bytes is above the "
+                                     f"MR limit {self.limits[owner]}")
             seam = r.base - owner
             assert seam % page == 0, (f"[seams-aligned] a seam at offset {seam} cuts page "
                                       f"{seam // page} of {page} bytes")
@@ -183,6 +249,8 @@ class RegistrationMachine(RuleBasedStateMachine):
             for base in list(self.model):
                 del self.model[base]
         finally:
+            if self.mooncake is not None:
+                self.mooncake.close_all()
             self._patch.__exit__(None, None, None)
             if self._old_env is None:
                 os.environ.pop(ENV_CHUNK_GB, None)

@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import linecache
 import os
+import re
 import sys
 import sysconfig
 import traceback
@@ -42,6 +43,7 @@ RAISE_RULES = frozenset({"error-reported", "unexpected-error", "rejected-wrong-e
 # rules about what teardown did or raised: the teardown's site
 TEARDOWN_RULES = frozenset({"teardown-raised", "leak"})
 
+_CALL_NO = re.compile(r"\(call #(\d+)\)")     # messages number calls from 1
 _ROOT = Path(__file__).resolve().parents[2]       # the kvreg package
 _OWN = tuple(str(_ROOT / d) + os.sep for d in ("fakes", "harness", "realhw"))
 _STDLIB = tuple({str(Path(sysconfig.get_paths()[k]).resolve()) + os.sep
@@ -171,7 +173,12 @@ class CallSites:
         if v.rule == "teardown-raised":
             raised = self.raises["teardown"]
             return raised[0] if raised else teardown_def
-        if v.rule == "leak" or (v.rule == "error-pending" and "after teardown" in v.message):
+        if v.rule == "leak":
+            # a chunk a failed rollback unregister left behind: that call's site
+            named = _CALL_NO.search(v.message)
+            site = self.calls.get(int(named.group(1)) - 1) if named else None
+            return site or teardown_def
+        if v.rule == "error-pending" and "after teardown" in v.message:
             return teardown_def
         if v.rule == "call-budget" and self.calls:
             return self.calls[max(self.calls)]

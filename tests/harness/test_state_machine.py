@@ -220,7 +220,7 @@ def test_an_unknown_style_is_refused() -> None:
         style = "cuda"
 
     with pytest.raises(ValueError, match=r"^Misnamed\.style must be one of generic, sglang, "
-                                         r"ctypes, driver; got 'cuda'$"):
+                                         r"ctypes, driver, mooncake; got 'cuda'$"):
         Misnamed()
 
 

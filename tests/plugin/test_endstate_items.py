@@ -74,3 +74,29 @@ def test_warnings_of_a_passing_scenario_reach_the_summary(pytester: pytest.Pytes
     result.stdout.fnmatch_lines([
         "*KvregScenarioWarning: mla/fail-first-chunk: [[]recovered] cudaHostRegister("
         "kv_buffer+0x0, 1070383104) (call #1) returned 2 cudaErrorMemoryAllocation*"])
+
+
+def test_summary_leads_with_the_causes_and_the_pinning_hint(pytester: pytest.Pytester) -> None:
+    """The plugin's summary groups the failures as ``kvreg run`` does: the rule, the line of
+    the implementation (do_nothing.py's ``def register``), how many scenarios; and the
+    hint that names --pinning optional, said once for both scenarios."""
+    _project(pytester, "do_nothing")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=2)
+    source = (IMPLS / "do_nothing.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if text.startswith("def register("))
+    result.stdout.fnmatch_lines([
+        "*= kvreg causes =*",
+        "causes (1, most frequent first):",
+        f"      2 scenario(s)  [[]registered]  *do_nothing.py:{line}: def register(*",
+        "        e.g. mla/above-limit: register() of kv_buffer returned normally*",
+        "hint: 2 scenario(s) fail only because register() returned normally and pinned "
+        "nothing.*--pinning optional*"])
+    assert result.stdout.str().count("hint: ") == 1
+
+
+def test_no_causes_section_when_everything_passes(pytester: pytest.Pytester) -> None:
+    _project(pytester, None)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    assert "kvreg causes" not in result.stdout.str()

@@ -59,7 +59,7 @@ def test_plan_mooncake_limit(capsys: pytest.CaptureFixture[str]) -> None:
                  "--mc-max-mr-size", "0", "--fastdeploy-clamp", "--algorithm", "byte-offset"]) == 0
     out = capsys.readouterr().out
     # FastDeploy's default 4 GiB (docs/mooncake-verbs.md §2.1)
-    assert "chunk limit 4294967296" in out
+    assert "effective MR limit 4294967296 (4 GiB)" in out
 
 
 def test_svg_draws_every_straddling_page_and_seam() -> None:

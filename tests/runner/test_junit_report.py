@@ -48,3 +48,28 @@ def test_counts_cases_and_details(tmp_path: Path) -> None:
 def test_without_baseline_a_failure_is_a_failure() -> None:
     root = ET.fromstring(render_junit(_results()))
     assert root.get("failures") == "2" and root.get("skipped") == "1"
+
+
+def test_causes_and_sites_reach_the_report() -> None:
+    """The suite's properties list the root causes, most frequent first, and a failure's
+    text names where each violation happened, as the table does."""
+    from kvreg.harness.run.causes import causes
+
+    results = _results()
+    results[1].violations[0] = Violation("transfer-failed", "page 4 spans registrations",
+                                         where="impl.py:12", code="cudart.reg(p, n, 0)")
+    results.append(ScenarioResult("mla/page_first/seam2", "mla/page_first", "fail",
+                                  [Violation("transfer-failed", "page 9 spans registrations",
+                                             where="impl.py:12", code="cudart.reg(p, n, 0)",
+                                             count=3)]))
+    root = ET.fromstring(render_junit(results, causes=causes(results)))
+    props = [p.get("value") for p in root.iter("property") if p.get("name") == "kvreg.cause"]
+    assert props[0] == ("2 scenario(s) [transfer-failed] impl.py:12: cudart.reg(p, n, 0) "
+                        "(e.g. mla/page_first/seam)")
+    # every failing or erroring scenario's cause is listed: leak, ceiling and the error
+    assert len(props) == 4 and any("[error]" in p and "mooncake/x/err" in p for p in props)
+    cases = {f"{c.get('classname')}/{c.get('name')}": c for c in root.iter("testcase")}
+    text = cases["mla/page_first/seam2"].find("failure").text or ""  # type: ignore[union-attr]
+    assert "[transfer-failed] page 9 spans registrations (x3)\n    at impl.py:12: " \
+        "cudart.reg(p, n, 0)" in text
+    assert ET.fromstring(render_junit(results)).find("testsuite/properties") is None
