@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import mmap
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -92,6 +93,7 @@ class HostMemory:
         self.threshold = threshold
         self.names = tuple(names)
         self.allocations: list[HostAllocation] = []
+        self._tensors: dict[str, weakref.ref[Any]] = {}
 
     def allocate(self, dims: Sequence[int], dtype: Any, device: Any = "cpu", *,
                  via: str = "allocate") -> Any:
@@ -106,6 +108,7 @@ class HostMemory:
         ptr = int(tensor.data_ptr())
         self.allocations.append(HostAllocation(name, tuple(tensor.shape), str(dtype), nbytes,
                                                ptr, via))
+        self._tensors[name] = weakref.ref(tensor)
         if self.fake is not None and nbytes:
             self.fake.track(tensor, name=name)
             self.fake.trace.append("host", "kvreg_host_alloc", (ptr, nbytes), None, None,
@@ -119,6 +122,12 @@ class HostMemory:
                 return a
         raise KeyError(f"no host allocation named {name!r}; there are: "
                        f"{', '.join(a.name for a in self.allocations) or 'none'}")
+
+    def tensor(self, name: str) -> Any:
+        """The tensor served as ``name`` while something still holds it (a pool whose
+        constructor raised leaves its buffers to be judged), else None."""
+        self.by_name(name)
+        return self._tensors[name]()
 
     # -- entry points ------------------------------------------------------------------------
     def _factory(self, real: Any, via: str, torch: Any) -> Any:
