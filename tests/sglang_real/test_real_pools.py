@@ -49,6 +49,28 @@ def world(sglang: Any, profile: str = PROFILE) -> Iterator[tuple[FakeCuda, list[
             common._cuda_host_register = original
 
 
+def test_tib_pools_cost_no_ram(sglang, gpu_path) -> None:
+    """First in this file, so the peak it measures is this test's own. The TiB pools, built one
+    after the other, raise the peak RSS by no more than SGLang's own per-token index arrays
+    (HostKVCache.clear: int64 free slots, uint8 state, bool used flag: 10 bytes a token, twice
+    where an anchor pool lends its sizes) plus 512 MiB: never by the pool bytes."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+    built_bytes, bookkeeping = 0, 0
+    for kind, layout in sp.CASES:
+        with world(sglang) as (_fake, _, _):
+            built = sp.build(sglang, kind, layout, tib_pages(kind, layout))
+            built_bytes += sum(s.nbytes for s in built.geometry.buffers())
+            anchored = 2 if kind in ("dsa_indexer", "mha_k_only") else 1
+            bookkeeping = max(bookkeeping, 10 * built.pool.size * anchored)
+            built.pool.destroy()
+            del built
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+    assert built_bytes >= len(sp.CASES) * TiB
+    assert peak - before < bookkeeping + (512 << 20), (
+        f"{(peak - before) >> 20} MiB for {built_bytes >> 40} TiB of pools; SGLang's own "
+        f"index arrays account for {bookkeeping >> 20} MiB")
+
+
 @pytest.mark.parametrize("size", ["small", "tib"])
 @pytest.mark.parametrize(("kind", "layout"), sp.CASES, ids=[f"{k}-{lay}" for k, lay in sp.CASES])
 def test_pool_registers_every_byte_and_destroy_releases_it(sglang, gpu_path, kind: str,
@@ -72,20 +94,6 @@ def test_pool_registers_every_byte_and_destroy_releases_it(sglang, gpu_path, kin
         check.assert_released()
 
 
-def test_tib_pools_cost_no_ram(sglang, gpu_path) -> None:
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
-    built_bytes = 0
-    for kind, layout in sp.CASES:
-        with world(sglang) as (_fake, _, _):
-            built = sp.build(sglang, kind, layout, tib_pages(kind, layout))
-            built_bytes += sum(s.nbytes for s in built.geometry.buffers())
-            built.pool.destroy()
-            del built
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
-    assert built_bytes >= len(sp.CASES) * TiB
-    assert peak - before < 1 << 30, f"{(peak - before) >> 20} MiB for {built_bytes >> 40} TiB"
-
-
 def test_on_a_cpu_build_destroy_skips_unregistering(sglang) -> None:
     """Without the CUDA gate (``_is_cuda`` False on CPU torch) destroy() leaves every
     registration: kvreg reports each as a leak, naming the buffer."""
@@ -103,7 +111,7 @@ def test_on_a_cpu_build_destroy_skips_unregistering(sglang) -> None:
 
 @pytest.mark.parametrize(("kind", "layout"), [
     ("mha", "layer_first"), ("mha", "page_head"), ("mha_k_only", "layer_first"),
-    ("mla", "layer_first")])
+    ("mla", "layer_first"), ("dsa_indexer", "layer_first")])
 def test_one_call_layouts_fail_above_the_r580_ceiling(sglang, gpu_path, kind: str,
                                                       layout: str) -> None:
     """SGLang passes no granularity for these layouts (docs/pools.md §2) and registers the
