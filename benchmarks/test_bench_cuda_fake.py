@@ -18,9 +18,9 @@ from unittest.mock import MagicMock
 import numpy as np
 import pytest
 
-from kvreg.fakes.copies import classify_copy_sides
-from kvreg.fakes.fake_cuda import FakeCuda
-from kvreg.fakes.sorted_bases import SortedBases
+from kvreg.fakes.cuda.copies import classify_copy_sides
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.sorted_bases import SortedBases
 
 from .conftest import MEDIANS
 

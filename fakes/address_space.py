@@ -1,29 +1,38 @@
-"""A simulated host address space: real buffers by address, virtual buffers of any size.
+"""A simulated host address space: buffers by address, so traces can name every pointer.
 
-Virtual buffers live at non-canonical x86-64 addresses (bit 60 set), which no real
-allocation can have, so a fake registration of a virtual pool can never alias real memory,
-and 4 TiB costs no RAM. Real buffers (torch tensors, numpy arrays, bytearrays, anything
-with the buffer protocol) are tracked by their true address so traces can name them.
+Three sorts of range:
+
+- virtual buffers (:meth:`AddressSpace.virtual`): real ``torch.Tensor``s of any size over
+  reserved process memory (:mod:`.reserved`: 4 TiB costs no RAM until pages are touched). The
+  code under test gets a CPU tensor at a real address; the fakes treat the range as
+  registration-only memory (they never move its bytes, so a transfer over a 4 TiB pool costs
+  no RAM either). :meth:`AddressSpace.release` ends them when the scenario ends;
+- reserved address ranges (:meth:`AddressSpace.reserve`: ``cudaHostAlloc`` above its real
+  limit, Mooncake segments, big pyverbs MR buffers) that the fakes hand out as bare pointers:
+  non-canonical x86-64 addresses (bit 60 set), which no real allocation can have;
+- real buffers the code made itself (torch tensors, numpy arrays, bytearrays, anything with
+  the buffer protocol), tracked by their true address.
 """
 
 from __future__ import annotations
 
 import bisect
-import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .dtypes import DType, as_dtype
+from . import reserved
 
-__all__ = ["VIRTUAL_BASE", "AddressSpace", "Allocation", "VirtualStorage", "VirtualTensor",
-           "buffer_address"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["VIRTUAL_BASE", "AddressSpace", "Allocation", "buffer_address"]
 
 VIRTUAL_BASE = 1 << 60          # non-canonical on x86-64 and aarch64: never a real address
 VIRTUAL_LIMIT = 2 << 60         # host virtual memory ends where device aliases begin
-DEFAULT_ALIGN = 2 << 20         # like a 2 MiB hugepage-aligned mmap
+DEFAULT_ALIGN = reserved.DEFAULT_ALIGN  # like a 2 MiB hugepage-aligned mmap
 GUARD = 1 << 30                 # a gap between virtual buffers, so they never touch
 
 
@@ -34,7 +43,7 @@ class Allocation:
     base: int
     size: int
     name: str
-    kind: str  # "virtual" | "real" | "host_alloc" | "device"
+    kind: str  # "virtual" (a reserved tensor or range) | "real" | "host_alloc" | "device"
 
     @property
     def end(self) -> int:
@@ -62,126 +71,6 @@ def buffer_address(obj: Any) -> tuple[int, int]:
     return (int(arr.__array_interface__["data"][0]) if arr.size else 0), int(arr.nbytes)
 
 
-class VirtualStorage:
-    """What ``tensor.untyped_storage()`` returns: the whole allocation behind a view."""
-
-    __slots__ = ("_nbytes", "_ptr")
-
-    def __init__(self, ptr: int, nbytes: int) -> None:
-        self._ptr = ptr
-        self._nbytes = nbytes
-
-    def data_ptr(self) -> int:
-        return self._ptr
-
-    def nbytes(self) -> int:
-        return self._nbytes
-
-    def size(self) -> int:
-        return self._nbytes
-
-
-class VirtualTensor:
-    """A tensor-shaped view of virtual memory: the surface registration code touches.
-
-    It offers ``data_ptr()``, ``numel()``, ``element_size()``, ``nbytes``, ``shape``,
-    ``dtype``, ``size()``, ``stride()``, ``dim()``, integer indexing on the leading dim
-    (``kv_buffer[1]`` is the V half) and free attribute assignment, as torch tensors do.
-    Its memory has no bytes: reading data raises TypeError rather than inventing values.
-    """
-
-    def __init__(self, ptr: int, shape: Sequence[int], dtype: Any,
-                 storage: VirtualStorage | None = None) -> None:
-        self._ptr = int(ptr)
-        self._shape = tuple(int(d) for d in shape)
-        if any(d < 0 for d in self._shape):
-            raise ValueError(f"negative dimension in shape {self._shape}")
-        self._dtype = as_dtype(dtype)
-        self._storage = storage or VirtualStorage(self._ptr, self.nbytes)
-
-    # -- the torch surface ------------------------------------------------------------
-    def data_ptr(self) -> int:
-        return self._ptr
-
-    def numel(self) -> int:
-        return math.prod(self._shape)
-
-    def element_size(self) -> int:
-        return self._dtype.itemsize
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel() * self._dtype.itemsize
-
-    @property
-    def itemsize(self) -> int:
-        return self._dtype.itemsize
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._shape
-
-    @property
-    def dtype(self) -> DType:
-        return self._dtype
-
-    @property
-    def device(self) -> str:
-        return "cpu"
-
-    @property
-    def is_virtual(self) -> bool:
-        return True
-
-    def size(self, dim: int | None = None) -> tuple[int, ...] | int:
-        return self._shape if dim is None else self._shape[dim]
-
-    def dim(self) -> int:
-        return len(self._shape)
-
-    def stride(self) -> tuple[int, ...]:
-        out, acc = [], 1
-        for d in reversed(self._shape):
-            out.append(acc)
-            acc *= d
-        return tuple(reversed(out))
-
-    def is_contiguous(self) -> bool:
-        return True
-
-    def is_pinned(self) -> bool:
-        return False
-
-    def untyped_storage(self) -> VirtualStorage:
-        return self._storage
-
-    def __len__(self) -> int:
-        if not self._shape:
-            raise TypeError("len() of a 0-d tensor")
-        return self._shape[0]
-
-    def __getitem__(self, index: int) -> VirtualTensor:
-        if not isinstance(index, int) or isinstance(index, bool):
-            raise TypeError("virtual tensors support integer indexing on the leading dim only")
-        if not self._shape:
-            raise IndexError("invalid index of a 0-dim tensor")
-        n = self._shape[0]
-        if not -n <= index < n:
-            raise IndexError(f"index {index} is out of bounds for dimension 0 with size {n}")
-        index %= n
-        inner = self._shape[1:]
-        step = math.prod(inner) * self._dtype.itemsize
-        return VirtualTensor(self._ptr + index * step, inner, self._dtype, self._storage)
-
-    def __iter__(self) -> Iterator[VirtualTensor]:
-        for i in range(len(self)):
-            yield self[i]
-
-    def __repr__(self) -> str:
-        return (f"VirtualTensor(ptr={self._ptr:#x}, shape={self._shape}, "
-                f"dtype={self._dtype}, nbytes={self.nbytes})")
-
-
 class AddressSpace:
     """Allocations by address: virtual buffers it hands out and real ones it is told of.
 
@@ -193,6 +82,7 @@ class AddressSpace:
         self._bases: list[int] = []
         self._allocs: dict[int, Allocation] = {}
         self._objects: dict[int, Any] = {}  # keeps tracked real buffers alive
+        self._reserved: dict[int, reserved.Reservation] = {}  # keeps virtual buffers mapped
         # bumped when an allocation is dropped, so cached "is mapped" answers can expire
         self.generation = 0
 
@@ -215,20 +105,33 @@ class AddressSpace:
         return base
 
     def virtual(self, shape: Sequence[int] | int, dtype: Any = "uint8", *, name: str = "",
-                align: int = DEFAULT_ALIGN) -> VirtualTensor:
-        """A new virtual tensor of any size; 4 TiB costs a few hundred bytes."""
+                align: int = DEFAULT_ALIGN) -> torch.Tensor:
+        """A new CPU ``torch.Tensor`` of any size over reserved memory (4 TiB costs no RAM
+        until touched); it stays mapped until :meth:`release` and nothing else holds it."""
         dims = (shape,) if isinstance(shape, int) else tuple(shape)
-        dt = as_dtype(dtype)
-        if any(not isinstance(d, int) or isinstance(d, bool) for d in dims):
-            raise TypeError(f"shape must hold ints, got {dims!r}")
-        if any(d < 0 for d in dims):
-            raise ValueError(f"negative dimension in shape {dims}")
-        nbytes = math.prod(dims) * dt.itemsize
-        ptr = self.reserve(nbytes, name=name, align=align)
-        return VirtualTensor(ptr, dims, dt)
+        name = name or f"virtual{len(self._reserved)}"
+        tensor, res = reserved.reserve(shape=dims, dtype=dtype, name=name, align=align)
+        self._reserved[res.base] = res
+        self._insert(Allocation(res.base, res.nbytes, name, "virtual"))
+        return tensor
 
     def is_virtual(self, ptr: int) -> bool:
-        return VIRTUAL_BASE <= ptr < VIRTUAL_LIMIT
+        """Registration-only memory: a reserved range, or inside a virtual buffer."""
+        if VIRTUAL_BASE <= ptr < VIRTUAL_LIMIT:
+            return True
+        hit = self.owner(ptr)
+        return hit is not None and hit[0].kind == "virtual"
+
+    def release(self) -> int:
+        """End this space's virtual buffers (the scenario is over); returns the bytes their
+        touched pages took. Their RAM is freed now and their mappings go once nothing else
+        holds the tensors; the records stay, so traces still name the pointers."""
+        touched = 0
+        for res in self._reserved.values():
+            touched += res.resident_bytes()
+            reserved.release(res)
+        self._reserved.clear()
+        return touched
 
     # -- real memory --------------------------------------------------------------------
     def track(self, obj: Any, *, name: str = "") -> Allocation:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import errors as E
+from .cuda import errors as E
 
 __all__ = ["FAULT_POINTS", "CallInfo", "FaultPlan", "FaultPlanError", "FaultRule",
            "error_name_for", "register_points"]

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from typing import Any
 
-from .symbols import remember_real
+from .cuda.symbols import remember_real
 
 __all__ = ["patch_attr", "patch_ctypes_cudart", "patch_cuda_bindings", "patch_torch_cudart"]
 

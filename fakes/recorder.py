@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import errors as E
+from .cuda import errors as E
 from .faults import FaultPlan, call_info
 
 __all__ = ["Intercepted", "Trace", "TraceEntry"]

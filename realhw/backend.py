@@ -28,12 +28,12 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from kvreg.fakes import errors as E
 from kvreg.fakes.address_space import AddressSpace, buffer_address
-from kvreg.fakes.cuda_python_face import OUTPUTS
-from kvreg.fakes.fake_cuda import LiveRegistration
+from kvreg.fakes.cuda import errors as E
+from kvreg.fakes.cuda.cuda_python_face import OUTPUTS
+from kvreg.fakes.cuda.fake_cuda import LiveRegistration
+from kvreg.fakes.cuda.profile import DeviceProfile
 from kvreg.fakes.faults import FaultPlan, FaultRule
-from kvreg.fakes.profile import DeviceProfile
 from kvreg.fakes.recorder import Intercepted, Trace
 
 from .memory import prefaulted

@@ -4,7 +4,7 @@ A hardware test that skips must say *why* in terms an operator can act on: "no N
 driver (35)" and "no GPU visible (100)" need different fixes (docs/cuda-runtime.md §2.2:
 cuda-bindings returns 35 from every call without ``libcuda.so``, 100 with a driver and no
 visible GPU). :func:`detect` gathers the facts once — versions, the device attributes the
-fake's :class:`~kvreg.fakes.profile.DeviceProfile` mirrors (91, 99, 113), host memory, the
+fake's :class:`~kvreg.fakes.cuda.profile.DeviceProfile` mirrors (91, 99, 113), host memory, the
 RDMA NICs with their ``max_mr_size`` — and :meth:`Capabilities.missing_reason` turns them
 into one sentence. :func:`profile_for` feeds the facts into the fake, so a differential
 run compares like with like (it emulates a declared real version).
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Literal
 
-from kvreg.fakes import errors as E
-from kvreg.fakes.profile import DeviceProfile
+from kvreg.fakes.cuda import errors as E
+from kvreg.fakes.cuda.profile import DeviceProfile
 
 from .memory import available_memory, memlock_limit
 

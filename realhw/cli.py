@@ -73,7 +73,7 @@ def execute(args: argparse.Namespace) -> int:
     """Run what ``args`` asks for; print a summary; return the exit code."""
     if args.list:
         return _list()
-    from kvreg.fakes.fake_cuda import FakeCuda
+    from kvreg.fakes.cuda.fake_cuda import FakeCuda
 
     from .capabilities import detect
     from .fidelity import AUTO, run_fidelity

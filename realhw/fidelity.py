@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable
 from importlib import metadata
 from typing import Any
 
-from kvreg.fakes.fake_cuda import FakeCuda
-from kvreg.fakes.profile import DeviceProfile
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.profile import DeviceProfile
 
 from .backend import HardwareUnavailable, RealCuda
 from .capabilities import Capabilities, detect, profile_for

@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kvreg.fakes import errors as E
+from kvreg.fakes.cuda import errors as E
 
 from .cuda_context import CEILING, PAGE, SPLIT, CudaProbeContext, GiB, KiB, code_of
 from .memory import cap_ipc_lock, temporary_memlock

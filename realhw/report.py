@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kvreg.fakes.profile import DeviceProfile
+from kvreg.fakes.cuda.profile import DeviceProfile
 
 from .capabilities import Capabilities, profile_for
 

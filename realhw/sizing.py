@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kvreg.fakes.profile import DeviceProfile, get_profile
+from kvreg.fakes.cuda.profile import DeviceProfile, get_profile
 
 from .capabilities import Capabilities, profile_for
 

@@ -16,9 +16,8 @@ import types
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..address_space import VirtualTensor
 from ..faults import FaultRule
 from ..verbs.fabric import Fabric, Node
 from ..verbs.modules import patch_modules
@@ -27,6 +26,9 @@ from .deployment import Cluster
 from .errors import ErrorCode, error_name
 from .profiles import StoreProfile, get_store_profile
 from .store import MooncakeDistributedStore, bind_store
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["Cluster", "FakeMooncake", "LiveBuffer"]
 
@@ -106,8 +108,9 @@ class FakeMooncake:
         return self.node(node).track(obj, name=name)
 
     def virtual(self, shape: Sequence[int] | int, dtype: Any = "uint8", *, name: str = "",
-                node: str | None = None) -> VirtualTensor:
-        """A virtual buffer (no RAM): registration and size checks, no bytes."""
+                node: str | None = None) -> torch.Tensor:
+        """A CPU ``torch.Tensor`` over reserved memory (no RAM until touched): registration
+        and size checks; the fake never moves its bytes."""
         return self.node(node).virtual(shape, dtype, name=name)
 
     # -- faults ---------------------------------------------------------------------------

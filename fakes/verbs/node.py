@@ -15,17 +15,20 @@ import types
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from .. import procmaps
-from ..address_space import AddressSpace, VirtualTensor
+from ..address_space import AddressSpace
 from ..recorder import Trace
 from . import enums as V
 from . import memory
 from .errors import PyverbsRDMAError
 from .profiles import NicProfile
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["PAGE_SIZE", "REAL_ALLOC_LIMIT", "FabricLike", "LiveMR", "MrRecord", "Nic", "Node",
            "Port"]
@@ -312,8 +315,9 @@ class Node:
         return obj
 
     def virtual(self, shape: Sequence[int] | int, dtype: Any = "uint8", *,
-                name: str = "") -> VirtualTensor:
-        """A virtual buffer of any size (no RAM): registration-only use."""
+                name: str = "") -> torch.Tensor:
+        """A CPU ``torch.Tensor`` of any size over reserved memory (no RAM until touched); the
+        fake never moves its bytes: registration-only use."""
         return self.space.virtual(shape, dtype, name=name)
 
     def alloc(self, length: int) -> int:

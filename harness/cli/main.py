@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return int(fidelity_run(args))
     if args.command == "coverage":
-        from kvreg.fakes.coverage import render
+        from kvreg.fakes.cuda.coverage import render
 
         try:
             check_output_path(args.out, "--out", stdout_ok=True)

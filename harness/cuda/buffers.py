@@ -1,26 +1,31 @@
-"""Materialise a pool geometry: real torch CPU tensors (small pools) or virtual buffers.
+"""Materialise a pool geometry: torch CPU tensors, zeroed (small pools) or over reserved memory.
 
-Virtual buffers come from a fake's address space, so pools of hundreds of GiB to several TiB
-cost no RAM; real tensors are tracked in the same space so traces can name them.
+Virtual buffers come from a fake's address space: real CPU tensors over reserved memory
+(kvreg.fakes.reserved), so pools of hundreds of GiB to several TiB cost no RAM until the code
+touches them; real tensors are tracked in the same space so traces can name them.
+:func:`release` ends a scenario's virtual buffers and holds the pages the code touched to the
+worker's memory limit.
 """
 
 from __future__ import annotations
 
+import resource
+from collections.abc import Iterable
 from typing import Any
 
 from kvreg.fakes.address_space import AddressSpace
 from kvreg.harness.pools import PoolGeometry
 from kvreg.harness.scenario.size_limits import REAL_LIMIT
 
-__all__ = ["REAL_LIMIT", "allocate"]
-
+__all__ = ["REAL_LIMIT", "allocate", "data_headroom", "release"]
 
 
 def allocate(geometry: PoolGeometry, space: AddressSpace, *, real: bool = False) -> list[Any]:
     """One buffer object per ``geometry.buffers()`` entry, in order.
 
-    Real buffers are ``torch.empty(shape, dtype)`` (torch imported here, not at load);
-    virtual buffers are :class:`~kvreg.fakes.address_space.VirtualTensor`.
+    Real buffers are ``torch.zeros(shape, dtype)`` (torch imported here, not at load);
+    virtual buffers are tensors over reserved memory (``space.virtual``), ended by
+    :func:`release`.
     """
     specs = geometry.buffers()
     if real:
@@ -55,3 +60,36 @@ def allocate_pinnable(geometry: PoolGeometry, backend: Any) -> list[Any]:
         t = torch.from_numpy(raw).view(getattr(torch, spec.dtype.name)).reshape(spec.shape)
         out.append(t)
     return out
+
+
+def data_headroom() -> int | None:
+    """How much more the data segment may grow under ``RLIMIT_DATA`` (the worker's memory
+    limit, kvreg.harness.run.limits), None where no limit is set or /proc is missing."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_DATA)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"VmData:"):
+                    return max(0, soft - int(line.split()[1]) * 1024)
+    except OSError:
+        pass
+    return None
+
+
+def release(spaces: Iterable[AddressSpace]) -> None:
+    """End the virtual buffers of a scenario's address spaces (their RAM is freed now, their
+    mappings once nothing holds the tensors), so that many scenarios' pools fit one process.
+
+    The pages the code touched are shared memory, which ``RLIMIT_DATA`` does not count while
+    they are written; they are counted here, when the scenario ends: more than the memory
+    limit left is a ``MemoryError``, which a supervised run reports as the limit hit, as it
+    reports a ``bytearray`` past it.
+    """
+    touched = sum(space.release() for space in spaces)
+    headroom = data_headroom()
+    if headroom is not None and touched > headroom:
+        raise MemoryError(f"the code under test wrote {touched} bytes into the pool's buffers "
+                          f"(pages touched), more than the {headroom} bytes the memory limit "
+                          f"left")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvreg.fakes.errors import error_name, error_string
+from kvreg.fakes.cuda.errors import error_name, error_string
 from kvreg.fakes.recorder import TraceEntry
 from kvreg.harness.pools import BufferSpec, PoolGeometry
 from kvreg.harness.pools.families import extent_at

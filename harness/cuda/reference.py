@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from kvreg.fakes.errors import error_string
+from kvreg.fakes.cuda.errors import error_string
 from kvreg.harness.plan.chunking import plan_chunks
 from kvreg.harness.run.registration import (
     RegistrationError,

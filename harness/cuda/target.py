@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager, ExitStack
 from typing import TYPE_CHECKING, Any
 
-from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
 from kvreg.fakes.patching import patch_torch_cudart
 from kvreg.harness.plan.chunking import PlanError, reference_unit
 from kvreg.harness.run.endstate import Pending, summarize_exception
@@ -24,7 +24,7 @@ from kvreg.harness.run.progress import Progress
 from kvreg.harness.run.result import CallBudgetExceeded, Violation
 from kvreg.harness.run.target import SkipScenario
 
-from .buffers import allocate, allocate_pinnable
+from .buffers import allocate, allocate_pinnable, release
 from .checks import BufferRun, RunRecord, check_run, check_warnings
 from .transfers import copy_every_page
 
@@ -63,7 +63,7 @@ def real_backend(sc: Scenario, backend: Any) -> tuple[Any, str | None]:
 def pending_errors(fake: Any, step: str) -> list[Pending]:
     """Each runtime instance's last error, read without clearing it
     (docs/cuda-runtime.md §6); a real backend is not asked (its runtimes have no such hook)."""
-    from kvreg.fakes.errors import error_name
+    from kvreg.fakes.cuda.errors import error_name
 
     out = []
     for label, attr in (("torch", "torch_runtime"), ("cuda-bindings", "cuda_runtime")):
@@ -101,6 +101,8 @@ class CudaWorld:
         sc = self.sc
         chunk_gb = str(sc.chunk_limit // GiB) if sc.chunk_limit % GiB == 0 else None
         stack = ExitStack()
+        if not self.real_hw:    # last on the way out: the scenario's buffers end with it
+            stack.callback(release, [self.fake.space])
         stack.enter_context(patch_torch_cudart(self.fake.torch) if self.real_hw
                             else self.fake.patch())
         stack.enter_context(env_var(ENV_CHUNK_GB, chunk_gb))

@@ -71,7 +71,8 @@ class PoolBuffer:
 
 def allocate_pool(fake: FakeMooncake, node: str, geometry: PoolGeometry, *, real: bool,
                   label_node: bool) -> list[PoolBuffer]:
-    """The pool's buffers on ``node``: tracked numpy bytes (real) or virtual memory."""
+    """The pool's buffers on ``node``: tracked numpy bytes (real) or virtual memory (a CPU
+    tensor over reserved memory, whose bytes the fakes never move)."""
     specs = geometry.buffers()
     if real and sum(s.nbytes for s in specs) > REAL_LIMIT:
         raise ValueError(f"the pool needs {sum(s.nbytes for s in specs)} bytes; real memory is "
@@ -85,6 +86,7 @@ def allocate_pool(fake: FakeMooncake, node: str, geometry: PoolGeometry, *, real
             host.track(array, name=spec.name)
             base = int(array.ctypes.data)
         else:
+            # a tensor over reserved memory; the node's space keeps it mapped until release
             base = int(host.virtual(spec.shape, spec.dtype, name=spec.name).data_ptr())
         out.append(PoolBuffer(node, i, spec, base, array,
                               f"{spec.name} on {node}" if label_node else spec.name))

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvreg.fakes.mooncake import STORE_PROFILES, FakeMooncake
 from kvreg.fakes.verbs.profiles import get_nic_profile
+from kvreg.harness.cuda.buffers import release
 from kvreg.harness.pools import GeometryError, PoolGeometry
 from kvreg.harness.run.endstate import summarize_exception
 from kvreg.harness.run.isolation import env_var
@@ -275,6 +276,8 @@ class MooncakeWorld:
     def isolation(self) -> AbstractContextManager[Any]:
         """The store module, pyverbs (the node's NICs) and MC_MAX_MR_SIZE as at setup."""
         stack = ExitStack()
+        # last on the way out: the scenario's buffers (every node's) end with it
+        stack.callback(release, [n.space for n in self.run.fake.fabric.nodes.values()])
         node = self.opts.nodes[0]
         stack.enter_context(self.run.fake.patch(node))
         stack.enter_context(self.run.fake.fabric.patch(node))

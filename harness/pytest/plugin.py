@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from kvreg.fakes.fake_cuda import FakeCuda
+    from kvreg.fakes.cuda.fake_cuda import FakeCuda
     from kvreg.fakes.mooncake import FakeMooncake
     from kvreg.fakes.verbs import Fabric
 
@@ -136,7 +136,8 @@ def pytest_report_header(config: pytest.Config) -> str:
 def fake_cudart(request: pytest.FixtureRequest) -> Iterator[FakeCuda]:
     """A fresh fake CUDA process (``FakeCuda``): for the test, ``torch.cuda.cudart()`` and
     ``cuda.bindings.runtime`` reach it, even on a CPU-only torch. ``virtual(shape, dtype,
-    name=)`` makes a buffer of any size without RAM; ``track(tensor, name=)`` adopts a real
+    name=)`` makes a CPU ``torch.Tensor`` of any size over reserved memory (no RAM until
+    touched; released when the test ends); ``track(tensor, name=)`` adopts a real
     one; ``inject(api, nth=, error=)`` arms a failing call; ``live_registrations()``,
     ``trace`` (``trace.codes(api)``, ``trace.format()``) and ``leak_report()`` show what
     happened. Device profile: ``@pytest.mark.kvreg_profile("wsl2")``, ``--kvreg-profile`` or
@@ -145,7 +146,7 @@ def fake_cudart(request: pytest.FixtureRequest) -> Iterator[FakeCuda]:
     as that profile too. The test fails if registrations are still live at its end,
     unless it is marked ``kvreg_allow_leaks``.
     """
-    from kvreg.fakes.fake_cuda import FakeCuda
+    from kvreg.fakes.cuda.fake_cuda import FakeCuda
 
     marker = request.node.get_closest_marker("kvreg_profile")
     profile = marker.args[0] if marker and marker.args else _profile_name(request.config)
@@ -156,6 +157,7 @@ def fake_cudart(request: pytest.FixtureRequest) -> Iterator[FakeCuda]:
                or bool(request.config.getoption("--kvreg-cuda-machine")))
     with fake.patch(cuda_machine=machine):
         yield fake
+    fake.space.release()      # the test's virtual buffers: RAM now, mappings when unreferenced
 
 
 @pytest.fixture
@@ -198,6 +200,8 @@ def fake_mooncake(request: pytest.FixtureRequest) -> Iterator[FakeMooncake]:
     with fake.patch():
         yield fake
     fake.close_all()
+    for node in fake.fabric.nodes.values():
+        node.space.release()
 
 
 @pytest.fixture
@@ -290,7 +294,8 @@ class PoolFactory:
 
 
 class PoolHandle:
-    """A geometry and its buffers (virtual by default, torch CPU tensors with real=True)."""
+    """A geometry and its buffers: torch CPU tensors, over reserved memory by default (any
+    size, no RAM until touched), zeroed RAM with real=True."""
 
     def __init__(self, geometry: Any, buffers: list[Any]) -> None:
         self.geometry = geometry
@@ -311,11 +316,12 @@ class PoolHandle:
 def kvreg_pool(fake_cudart: FakeCuda) -> PoolFactory:
     """Factory for KV pool buffers with their exact geometry, in this test's ``fake_cudart``:
     ``pool = kvreg_pool("mla", layout="page_first_direct", layer_num=61, kv_lora_rank=512,
-    qk_rope_head_dim=64, dtype="bfloat16", page_size=64, page_num=1000)`` (virtual buffers;
-    ``real=True`` for torch CPU tensors). Then ``pool.buffers``, ``for buf, spec in pool``
-    (the CUDA-registered buffers), ``pool.granularities()`` (the G the real pool passes,
-    None for one call) and ``pool.geometry.page_extents()`` (every page's byte range). Pool
-    types and parameters: ``kvreg.harness.pools`` (docs/pools.md §2).
+    qk_rope_head_dim=64, dtype="bfloat16", page_size=64, page_num=1000)`` (CPU tensors over
+    reserved memory, any size; ``real=True`` for zeroed tensors in RAM). Then
+    ``pool.buffers``, ``for buf, spec in pool`` (the CUDA-registered buffers),
+    ``pool.granularities()`` (the G the real pool passes, None for one call) and
+    ``pool.geometry.page_extents()`` (every page's byte range). Pool types and parameters:
+    ``kvreg.harness.pools`` (docs/pools.md §2).
     """
     return PoolFactory(fake_cudart)
 

@@ -34,7 +34,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
-from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
 from kvreg.harness.cuda import reference
 from kvreg.harness.cuda.checks import REGISTER_APIS, UNREGISTER_APIS
 from kvreg.harness.run.adapters import SELF_REACHING

@@ -180,7 +180,7 @@ def fault_specs(points: tuple[str, ...] = ("cudart.cudaHostRegister",
     API can really return (never the environment codes 3, 35, 100), optionally on the
     ``nth`` call and ``times`` times.
     """
-    from kvreg.fakes.errors import API_ERRORS
+    from kvreg.fakes.cuda.errors import API_ERRORS
 
     def rule(point: str) -> st.SearchStrategy[dict[str, Any]]:
         api = point.split(".", 1)[1]

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvreg.fakes.cuda.profile import PROFILES
 from kvreg.fakes.faults import FaultPlan, FaultPlanError
-from kvreg.fakes.profile import PROFILES
 from kvreg.harness.pools import (
     POOL_TYPES,
     GeometryError,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
 
 MiB = 1 << 20
 P = 0x10000        # a pointer value used where the pointer itself is not the bad argument

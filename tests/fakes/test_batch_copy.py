@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kvreg.fakes.fake_cuda import FakeCuda
-from kvreg.fakes.profile import PROFILES
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.profile import PROFILES
 
 MiB = 1 << 20
 PAGE = 4096

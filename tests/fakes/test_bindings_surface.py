@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-from kvreg.fakes import symbols
-from kvreg.fakes.cuda_python_face import NotModelledError
-from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.cuda import symbols
+from kvreg.fakes.cuda.cuda_python_face import NotModelledError
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
 
 
 def _public(module: object) -> set[str]:

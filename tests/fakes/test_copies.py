@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvreg.fakes.fake_cuda import FakeCuda
-from kvreg.fakes.profile import PROFILES
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.profile import PROFILES
 
 MiB = 1 << 20
 PAGE = 4096

@@ -15,9 +15,9 @@ import threading
 import numpy as np
 import pytest
 
-from kvreg.fakes.ctypes_face import FakeCudartLibrary, is_libcudart
-from kvreg.fakes.cuda_python_face import NotModelledError
-from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.ctypes_face import FakeCudartLibrary, is_libcudart
+from kvreg.fakes.cuda.cuda_python_face import NotModelledError
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
 
 MiB = 1 << 20
 
@@ -112,12 +112,11 @@ def test_error_string_needs_a_char_p_restype() -> None:
 
 def test_pointer_without_argtypes_is_truncated_as_ctypes_truncates_it() -> None:
     # no argtypes: ctypes passes a Python int as a C int, so only the low 32 bits of a 64-bit
-    # address arrive (a virtual buffer's are 0: NULL -> 1, docs/cuda-runtime.md §2.2), and an int of
-    # 2**64
-    # or more does not convert at all
+    # address arrive (here 0, a buffer aligned to 4 GiB: NULL -> 1, docs/cuda-runtime.md
+    # §2.2), and an int of 2**64 or more does not convert at all
     fake = FakeCuda()
-    buf = fake.virtual(MiB)
-    assert buf.data_ptr() & 0xFFFFFFFF == 0
+    buf = fake.space.virtual(MiB, align=1 << 32)
+    assert buf.data_ptr() & 0xFFFFFFFF == 0 and buf.data_ptr() >> 32
     lib = fake.load_libcudart()
     assert lib.cudaHostRegister(buf.data_ptr(), MiB, 0) == 1
     with pytest.raises(ctypes.ArgumentError):

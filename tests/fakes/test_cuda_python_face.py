@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from kvreg.fakes.cuda_python_face import NotModelledError
-from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.cuda_python_face import NotModelledError
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
 
 MiB = 1 << 20
 

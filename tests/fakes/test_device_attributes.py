@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvreg.fakes.device_attributes import (
+from kvreg.fakes.cuda.device_attributes import (
     DEVICES,
     attribute_mismatches,
     attribute_table,
     attribute_value,
 )
-from kvreg.fakes.fake_cuda import FakeCuda
-from kvreg.fakes.profile import PROFILES, DeviceProfile
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.profile import PROFILES, DeviceProfile
 
 # CUDA C++ Programming Guide, "Technical Specifications per Compute Capability", column 9.0
 # (sm_90: H100 and H200), typed here from the guide, independently of the data file

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvreg.fakes.cuda_python_face import NotModelledError
-from kvreg.fakes.fake_cuda import FakeCuda
-from kvreg.fakes.profile import PROFILES
+from kvreg.fakes.cuda.cuda_python_face import NotModelledError
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.profile import PROFILES
 
 MiB = 1 << 20
 

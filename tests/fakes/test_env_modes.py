@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from kvreg.fakes.fake_cuda import FakeCuda
-from kvreg.fakes.profile import DeviceProfile
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.profile import DeviceProfile
 
 MODES = [("no-driver", 35), ("no-gpu", 100), (DeviceProfile(name="stub", env="stub"), 34)]
 MODE_IDS = ["no-driver", "no-gpu", "stub"]

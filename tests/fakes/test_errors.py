@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvreg.fakes import errors as E
-from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.cuda import errors as E
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
 
 # docs/cuda-runtime.md §1 table, transcribed independently of errors.py [DOC] + [OBS-local]
 SPEC_TABLE = {

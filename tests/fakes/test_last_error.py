@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
 
 MiB = 1 << 20
 
@@ -160,8 +160,9 @@ def test_injected_error_lands_in_the_calling_runtime() -> None:
 def test_two_fakes_are_independent() -> None:
     # docs/cuda-runtime.md §6: state belongs to one process; fakes are separate processes
     a, b = FakeCuda(), FakeCuda()
-    base = a.virtual(MiB).data_ptr()
-    assert b.virtual(MiB).data_ptr() == base   # the same address, in another process
+    buf = a.virtual(MiB)
+    base = buf.data_ptr()
+    b.track(buf, name="same")          # the same address, as in another process
     a.runtime.cudaHostUnregister(base)
     assert _peek(b.runtime) == 0
     assert int(a.runtime.cudaHostRegister(base, MiB, 0)[0]) == 0

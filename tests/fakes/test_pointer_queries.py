@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvreg.fakes.fake_cuda import FakeCuda
-from kvreg.fakes.profile import PROFILES
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.profile import PROFILES
 
 MiB = 1 << 20
 UNREGISTERED, HOST, DEVICE = 0, 1, 2

@@ -21,8 +21,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from kvreg.fakes.fake_cuda import FakeCuda
-from kvreg.fakes.profile import PROFILES
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.profile import PROFILES
 
 PAGE = 4096
 REGION = 16 * PAGE          # small, so random ranges collide often

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
 
 ROOT = Path(__file__).resolve().parents[2]
 MiB, GiB = 1 << 20, 1 << 30

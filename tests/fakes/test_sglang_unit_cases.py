@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
 
 torch = pytest.importorskip("torch", reason="the SGLang functions reach cudart through torch")
 

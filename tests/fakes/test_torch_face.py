@@ -6,7 +6,7 @@ import operator
 
 import pytest
 
-from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
 
 MiB = 1 << 20
 

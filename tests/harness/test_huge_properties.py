@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
 from kvreg.harness.cuda import reference
 from kvreg.harness.plan.chunking import PlanError, plan_chunks, reference_unit
 from kvreg.harness.pools import PoolGeometry

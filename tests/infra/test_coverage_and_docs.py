@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from kvreg.fakes import coverage
-from kvreg.fakes.cuda_python_face import NotModelledError
+from kvreg.fakes.cuda import coverage
+from kvreg.fakes.cuda.cuda_python_face import NotModelledError
+from kvreg.fakes.cuda.errors import code_for, error_name, error_string, valid_errors
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.profile import PROFILES, DeviceProfile, get_profile
 from kvreg.fakes.dtypes import as_dtype
-from kvreg.fakes.errors import code_for, error_name, error_string, valid_errors
-from kvreg.fakes.fake_cuda import FakeCuda
-from kvreg.fakes.profile import PROFILES, DeviceProfile, get_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_coverage_md_is_fresh() -> None:
     on_disk = (ROOT / "COVERAGE.md").read_text()
     assert on_disk == coverage.render(), (
-        "COVERAGE.md is stale: run `python -m kvreg.fakes.coverage`")
+        "COVERAGE.md is stale: run `python -m kvreg.fakes.cuda.coverage`")
 
 
 def test_symbol_snapshot_matches_installed_cuda_bindings() -> None:

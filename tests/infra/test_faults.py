@@ -7,8 +7,8 @@ import time
 import pytest
 import torch
 
-from kvreg.fakes.errors import API_ERRORS
-from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.errors import API_ERRORS
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
 from kvreg.fakes.faults import FaultPlan, FaultPlanError
 
 GiB = 1 << 30

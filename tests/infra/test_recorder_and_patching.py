@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
 from kvreg.fakes.patching import patch_cuda_bindings, patch_torch_cudart
 
 GiB = 1 << 30

@@ -7,8 +7,8 @@ import bisect
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvreg.fakes import sorted_bases
-from kvreg.fakes.sorted_bases import SortedBases
+from kvreg.fakes.cuda import sorted_bases
+from kvreg.fakes.cuda.sorted_bases import SortedBases
 
 
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 3000)), max_size=400),

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
 from kvreg.harness.cuda import reference
 from kvreg.realhw.backend import (
     INTERFACE,

@@ -11,8 +11,8 @@ import importlib.util
 
 import pytest
 
-from kvreg.fakes.fake_cuda import FakeCuda
-from kvreg.fakes.profile import DeviceProfile
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.profile import DeviceProfile
 from kvreg.fakes.verbs import Fabric
 from kvreg.realhw.capabilities import Capabilities, NicInfo, detect, detect_nics, profile_for
 

@@ -6,7 +6,7 @@ registered. Real figures come from ``run_all`` on a GPU machine.
 
 from __future__ import annotations
 
-from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
 from kvreg.realhw.measure import MiB, measure, plan_sizes, render_svg
 
 GiB = 1 << 30

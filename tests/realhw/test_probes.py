@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from kvreg.fakes.fake_cuda import FakeCuda
-from kvreg.fakes.profile import DeviceProfile
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.profile import DeviceProfile
 from kvreg.realhw import cuda_context
 from kvreg.realhw.backend import RealCuda
 from kvreg.realhw.probes import Outcome, all_probes, compare, get_probe, run_probe
@@ -226,8 +226,8 @@ def test_unknown_probe_names_are_refused() -> None:
 
 def test_device_attributes_probe_records_the_whole_table() -> None:
     # the real-hardware tier records every cudaDeviceAttr value so the profile's table can be
-    # checked (kvreg.fakes.device_attributes.attribute_mismatches); on the fake it matches
-    from kvreg.fakes.device_attributes import attribute_mismatches, attribute_table
+    # checked (kvreg.fakes.cuda.device_attributes.attribute_mismatches); on the fake it matches
+    from kvreg.fakes.cuda.device_attributes import attribute_mismatches, attribute_table
 
     out, fake = run_on_fake("device_attributes")
     table = out.details["attribute_table"]

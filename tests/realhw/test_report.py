@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from kvreg.fakes.fake_cuda import FakeCuda
-from kvreg.fakes.profile import DeviceProfile
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.profile import DeviceProfile
 from kvreg.realhw.capabilities import Capabilities, detect
 from kvreg.realhw.divergences import DIVERGENCES, explain
 from kvreg.realhw.fidelity import merge_settled, run_fidelity

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from kvreg.fakes.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
 from kvreg.harness.scenario import load_paths
 from kvreg.realhw.capabilities import detect
 from kvreg.realhw.sizing import plan_catalog, plan_for_real

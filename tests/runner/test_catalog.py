@@ -38,7 +38,7 @@ UPSTREAM_TEARDOWN_COMPAT = {
 
 def _needs_one_oversized_call(sc) -> bool:
     """Would upstream make one call at or above the profile's per-call ceiling?"""
-    from kvreg.fakes.profile import PROFILES
+    from kvreg.fakes.cuda.profile import PROFILES
 
     ceiling = PROFILES[sc.profile].per_call_limit
     # a scenario that expects a register error takes the oversized call's failure as that
@@ -128,7 +128,7 @@ def _load(name: str):
 
 def test_the_correct_variants_really_differ_from_upstream() -> None:
     """The variants above are what they claim: forward-order rollback; half-limit chunks."""
-    from kvreg.fakes.fake_cuda import FakeCuda
+    from kvreg.fakes.cuda.fake_cuda import FakeCuda
 
     MiB = 1 << 20
     fake = FakeCuda("h200-r580")

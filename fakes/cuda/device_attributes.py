@@ -56,7 +56,7 @@ def attribute_table(device: str) -> dict[int, AttributeRow]:
     """attr -> row for one device model (``DEVICES``)."""
     if device not in DEVICES:
         raise ValueError(f"unknown device model {device!r}; known: {', '.join(DEVICES)}")
-    text = resources.files("kvreg.fakes").joinpath("data", "device_attributes.tsv").read_text()
+    text = resources.files("kvreg.fakes.cuda").joinpath("data", "device_attributes.tsv").read_text()
     lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
     header = lines[0].split("\t")
     column = header.index(device)

@@ -131,7 +131,7 @@ def live_names(which: Which) -> dict[str, Kind] | None:
 
 @cache
 def _snapshot() -> tuple[str, dict[str, dict[str, Kind]]]:
-    text = resources.files("kvreg.fakes").joinpath("data", SNAPSHOT).read_text()
+    text = resources.files("kvreg.fakes.cuda").joinpath("data", SNAPSHOT).read_text()
     lines = text.splitlines()
     out: dict[str, dict[str, Kind]] = {"runtime": {}, "driver": {}}
     for line in lines[1:]:

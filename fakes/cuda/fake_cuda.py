@@ -14,21 +14,24 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..address_space import AddressSpace
+from ..faults import FaultPlan, FaultRule
+from ..patching import patch_ctypes_cudart, patch_cuda_bindings, patch_torch_cudart
+from ..recorder import Intercepted, Trace
 from . import errors as E
-from .address_space import AddressSpace, VirtualTensor
 from .ctypes_face import LIBCUDART_NAME, CtypesCudartFace, FakeCudartLibrary, is_libcudart
 from .cuda_driver import FakeDriver
 from .cuda_machine import looks_like_cuda
 from .cuda_python_face import OUTPUTS, CudaBindingsFace
 from .cuda_runtime import FakeRuntime
 from .driver_face import DRIVER_OUTPUTS, RUNTIME_TWINS, CudaDriverFace
-from .faults import FaultPlan, FaultRule
-from .patching import patch_ctypes_cudart, patch_cuda_bindings, patch_torch_cudart
 from .profile import DeviceProfile
-from .recorder import Intercepted, Trace
 from .torch_face import TorchCudartFace
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["FakeCuda", "LiveRegistration"]
 
@@ -93,8 +96,9 @@ class FakeCuda:
 
     # -- memory -------------------------------------------------------------------------------
     def virtual(self, shape: Sequence[int] | int, dtype: Any = "uint8", *,
-                name: str = "") -> VirtualTensor:
-        """A virtual buffer of any size in this process's address space (no RAM)."""
+                name: str = "") -> torch.Tensor:
+        """A CPU ``torch.Tensor`` of any size over reserved memory in this process's address
+        space (no RAM until touched; ended by ``space.release()``)."""
         return self.space.virtual(shape, dtype, name=name)
 
     def track(self, obj: Any, *, name: str = "") -> Any:

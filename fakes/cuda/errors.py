@@ -82,7 +82,7 @@ def _load_full_table() -> dict[int, tuple[str, str]]:
     """
     from importlib import resources
 
-    text = resources.files("kvreg.fakes").joinpath("data", "cuda_errors.tsv").read_text()
+    text = resources.files("kvreg.fakes.cuda").joinpath("data", "cuda_errors.tsv").read_text()
     table = {}
     for line in text.splitlines():
         if line and not line.startswith("#"):

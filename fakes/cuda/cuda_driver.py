@@ -3,7 +3,7 @@
 Registrations are driver-level (docs/cuda-runtime.md §6): a range pinned through torch's
 runtime is pinned for cuda-python's too. The driver holds the pinned ranges, device
 allocations, streams and the profile; per-thread last-error slots live in each
-:class:`~kvreg.fakes.cuda_runtime.FakeRuntime`.
+:class:`~kvreg.fakes.cuda.cuda_runtime.FakeRuntime`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import threading
 from dataclasses import dataclass
 from threading import get_ident
 
+from ..address_space import AddressSpace, Allocation
 from . import errors as E
-from .address_space import AddressSpace, Allocation
 from .host_mapping import range_is_mapped, virtual_extent
 from .profile import DeviceProfile, get_profile
 from .registry import Pinned, PinnedRegistry

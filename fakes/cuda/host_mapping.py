@@ -5,8 +5,11 @@ process gives cudaErrorInvalidValue (HIP test "invalid memory size"), and so doe
 inside CUDA's reserved VA (openucx/ucx #8827, MAP_FIXED at 0xff0000000). The answer comes
 from where the range lives:
 
-- virtual buffers (bit 60 set): the fake's own address space; a buffer's mapping ends at its
-  end rounded up to a 4 KiB page, as an mmap of that size would;
+- virtual buffers (real tensors over reserved memory, :mod:`kvreg.fakes.reserved`) and reserved
+  ranges (bit 60 set): the fake's own address space; a buffer's mapping ends at its end
+  rounded up to a 4 KiB page, as an mmap of that size would (a reserved tensor is mapped
+  exactly so, between ``PROT_NONE`` guards, so this is also what ``/proc/self/maps`` says
+  while it lives; the answer needs no read of the file);
 - device memory and device aliases (at and above ``VIRTUAL_LIMIT``): never host memory;
 - real process memory: ``/proc/self/maps`` through :mod:`.procmaps` (the reader the verbs
   fake uses too), read once and re-read only when a range is not found (new mappings
@@ -16,8 +19,8 @@ from where the range lives:
 
 from __future__ import annotations
 
-from .address_space import VIRTUAL_BASE, VIRTUAL_LIMIT, AddressSpace
-from .procmaps import ProcessMaps, process_maps
+from ..address_space import VIRTUAL_BASE, VIRTUAL_LIMIT, AddressSpace
+from ..procmaps import ProcessMaps, process_maps
 
 __all__ = ["PAGE", "range_is_mapped", "virtual_extent"]
 
@@ -35,7 +38,7 @@ def _real_range_is_mapped(maps: ProcessMaps, ptr: int, size: int) -> bool:
 def virtual_extent(space: AddressSpace, ptr: int) -> tuple[int, int] | None:
     """The mapped extent ``(base, page-rounded end)`` of the virtual buffer holding ``ptr``."""
     hit = space.owner(ptr)
-    if hit is None or hit[0].kind == "device":
+    if hit is None or hit[0].kind == "device" or (ptr < VIRTUAL_BASE and hit[0].kind != "virtual"):
         return None
     alloc = hit[0]
     return alloc.base, (alloc.base + alloc.size + PAGE - 1) & ~(PAGE - 1)
@@ -54,4 +57,7 @@ def range_is_mapped(space: AddressSpace, ptr: int, size: int,
     for lo, hi in reserved:
         if ptr < hi and end > lo:
             return False
+    extent = virtual_extent(space, ptr)
+    if extent is not None:
+        return end <= extent[1]
     return _real_range_is_mapped(maps or process_maps(), ptr, size)

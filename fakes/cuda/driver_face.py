@@ -2,7 +2,7 @@
 
 Some registration code goes through the driver API because it leaves the runtime's
 last-error state alone (docs/cuda-runtime.md §6, local-inference-lab/vllm PR #217). This face
-shares the :class:`~kvreg.fakes.cuda_driver.FakeDriver` with the runtime faces, so a range
+shares the :class:`~kvreg.fakes.cuda.cuda_driver.FakeDriver` with the runtime faces, so a range
 registered here is registered for torch and cuda-python too (712 on a duplicate,
 docs/cuda-runtime.md §6
 [INF]), and it has no last-error slot at all. Conventions are the binding's: tuple returns
@@ -26,10 +26,10 @@ import threading
 import types
 from typing import Any
 
+from ..faults import register_points
 from . import errors as E
 from .cuda_driver import FakeDriver
 from .cuda_python_face import pointer_arg, unsigned_arg
-from .faults import register_points
 from .symbols import NotModelledError, not_modelled_stub, public_names, real_module, snapshot_names
 
 __all__ = ["DRIVER_OUTPUTS", "DRIVER_POINTS", "RUNTIME_TWINS", "CudaDriverFace",
