@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from kvreg.fakes import FakeCuda
-from kvreg.fakes.cuda_machine import torch_cuda_version
-from kvreg.fakes.profile import PROFILES
+from kvreg.fakes.cuda.cuda_machine import torch_cuda_version
+from kvreg.fakes.cuda.profile import PROFILES
 
 
 def sglang_is_cuda() -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
-from .patching import patch_attr
+from ..patching import patch_attr
 from .profile import DeviceProfile
 
 __all__ = ["looks_like_cuda", "torch_cuda_version"]
