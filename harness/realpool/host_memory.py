@@ -4,9 +4,11 @@ Real host pools allocate their KV buffers themselves, in their constructor: SGLa
 ``HostTensorAllocator.allocate(dims, dtype, device)`` maps anonymous memory with
 ``MAP_POPULATE`` (RAM for every byte), NPU-style paths call ``torch.empty``. To test such a
 pool at production size on a CPU runner, :func:`kvreg_host_memory` routes those entry points,
-for its block only, to real ``torch.Tensor``s over an anonymous ``MAP_PRIVATE |
-MAP_NORESERVE`` mapping: a real address and every tensor method, but no RAM until a page is
-touched (a fresh mapping reads as zeros, so ``torch.zeros`` keeps its meaning).
+for its block only, to real ``torch.Tensor``s over reserved memory: a real address and every
+tensor method, but no RAM until a page is
+touched (a fresh mapping reads as zeros, so ``torch.zeros`` keeps its meaning). The tensors
+are :func:`kvreg.fakes.reserved.reserve_tensor`'s (a sparse memfd inside a ``PROT_NONE`` guard
+reservation), the same buffers kvreg's scenarios hand out.
 
 - ``torch.empty`` / ``torch.zeros`` on the CPU are taken over only at or above ``threshold``
   bytes (default 64 MiB), so the small tensors everything else makes stay torch's own
@@ -23,18 +25,15 @@ touched (a fresh mapping reads as zeros, so ``torch.zeros`` keeps its meaning).
 from __future__ import annotations
 
 import math
-import mmap
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DEFAULT_THRESHOLD", "HostAllocation", "HostMemory", "kvreg_host_memory",
-           "noreserve_tensor"]
+__all__ = ["DEFAULT_THRESHOLD", "HostAllocation", "HostMemory", "kvreg_host_memory"]
 
 DEFAULT_THRESHOLD = 64 << 20
-_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)   # Linux value; Python 3.11 lacks it
 
 
 @dataclass(frozen=True)
@@ -47,27 +46,6 @@ class HostAllocation:
     nbytes: int
     ptr: int
     via: str            # "torch.empty", "torch.zeros", "HostTensorAllocator.allocate", ...
-
-
-def noreserve_tensor(shape: Sequence[int], dtype: Any) -> Any:
-    """A CPU ``torch.Tensor`` of ``shape`` over a fresh ``MAP_NORESERVE`` mapping (no RAM until
-    touched; unmapped when the last view dies). Zero-byte shapes get an ordinary tensor."""
-    import torch
-
-    dims = tuple(int(d) for d in shape)
-    if any(d < 0 for d in dims):
-        raise ValueError(f"negative dimension in shape {dims}")
-    numel = math.prod(dims)
-    if numel == 0:
-        return torch.tensor([], dtype=dtype).reshape(dims)
-    nbytes = numel * _itemsize(torch, dtype)
-    try:
-        area = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE,
-                         prot=mmap.PROT_READ | mmap.PROT_WRITE)
-    except OSError as exc:
-        raise MemoryError(f"cannot reserve {nbytes} bytes of address space for a {dims} "
-                          f"{dtype} host buffer: {exc}") from exc
-    return torch.frombuffer(area, dtype=dtype, count=numel).view(dims)
 
 
 def _shape_of(size: tuple[Any, ...]) -> tuple[int, ...] | None:
@@ -101,9 +79,11 @@ class HostMemory:
         if str(device) != "cpu":
             raise ValueError(f"kvreg host memory serves CPU allocations only; got "
                              f"device={device!r}")
-        tensor = noreserve_tensor(dims, dtype)
+        from kvreg.fakes.reserved import reserve_tensor
+
         i = len(self.allocations)
         name = self.names[i] if i < len(self.names) else f"host_alloc{i}"
+        tensor = reserve_tensor(dtype=dtype, shape=tuple(int(d) for d in dims), name=name)
         nbytes = tensor.numel() * tensor.element_size()
         ptr = int(tensor.data_ptr())
         self.allocations.append(HostAllocation(name, tuple(tensor.shape), str(dtype), nbytes,

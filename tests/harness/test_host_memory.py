@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kvreg.fakes import FakeCuda
-from kvreg.harness.realpool.host_memory import HostMemory, kvreg_host_memory, noreserve_tensor
+from kvreg.harness.realpool.host_memory import HostMemory, kvreg_host_memory
 
 TiB = 1 << 40
 
@@ -122,6 +122,7 @@ def test_non_cpu_allocations_are_refused() -> None:
 
 
 def test_empty_and_negative_shapes() -> None:
-    assert noreserve_tensor((0, 5), torch.float32).shape == (0, 5)
+    memory = HostMemory()
+    assert memory.allocate((0, 5), torch.float32).shape == (0, 5)
     with pytest.raises(ValueError, match="negative dimension"):
-        noreserve_tensor((-1,), torch.float32)
+        memory.allocate((-1,), torch.float32)
