@@ -103,7 +103,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for line in MARKERS.values():
+    from kvreg.harness.pytest.real_pools import MARKERS as POOL_MARKERS
+
+    for line in (*MARKERS.values(), *POOL_MARKERS.values()):
         config.addinivalue_line("markers", line)
     config.addinivalue_line("markers", "kvreg_scenario: a test item made from a kvreg "
                                        "scenario file")
