@@ -134,7 +134,13 @@ class Session:
     def setup_dummy(self, server_address: str) -> int:
         """A client backed by a standalone ``mooncake_client`` (§7): tcp, no devices, and
         process memory outside its shared memory is refused."""
-        return self._setup("dummy", 0, 0, "tcp", "", server_address, dummy=True)
+        rc = self._setup("dummy", 0, 0, "tcp", "", server_address, dummy=True)
+        if rc == 0 and self.client is not None:
+            # the standalone client mounts its own segment; it outlives this dummy
+            standalone = ("mooncake_client", server_address)
+            if standalone not in self.client.cluster.segments:
+                self.client.cluster.segments.append(standalone)
+        return rc
 
     def setup_from_dict(self, config: Mapping[str, Any]) -> int:
         """The dict overload: values are stringified; two keys are required (§1.2)."""
