@@ -150,9 +150,14 @@ class MasterProcess:
         for attempt in range(attempts):
             self.rpc_port, self.http_port, self.metrics_port = _three_ports()
             self.log_path = log_dir / f"{self.name}-{self.rpc_port}-{attempt}.log"
+            command = self.command()
             with open(self.log_path, "wb") as log:
-                self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, start_new_session=True)
+                try:
+                    self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                                 stdin=subprocess.DEVNULL,
+                                                 start_new_session=True)
+                except OSError as exc:
+                    raise MasterFailed(f"cannot start {command[0]}: {exc}") from exc
             try:
                 self._wait_ready()
                 return self

@@ -22,7 +22,8 @@ MARKER = "kvreg_mooncake_real"
 # the master's --default_kv_lease_ttl for the differential suite: long enough that no lease
 # taken in a sequence expires inside it; the lease test starts its own short-lease master
 LONG_LEASE_MS = 600_000
-_MASTERS: list[MasterProcess] = []
+_MASTERS: list[MasterProcess] = []        # the module fixtures' masters
+_TEST_MASTERS: list[MasterProcess] = []   # masters a test started itself
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -38,6 +39,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    _TEST_MASTERS.clear()
     if item.get_closest_marker(MARKER) is None:
         return
     missing = missing_reason()
@@ -52,7 +54,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """A failed test's report carries the log of every master started for it."""
     report = yield
     if report.failed:
-        for master in _MASTERS:
+        for master in [*_MASTERS, *_TEST_MASTERS]:
             report.sections.append((f"mooncake_master log ({master.log_path})",
                                     master.log_tail(60)))
     return report
@@ -61,7 +63,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def start_master(tmp: Path, **kwargs: Any) -> MasterProcess:
     """A started master whose log goes to failing reports; stop it in a ``finally``."""
     master = MasterProcess(log_dir=tmp, **kwargs)
-    _MASTERS.append(master)
+    _TEST_MASTERS.append(master)
     master.start()
     return master
 
