@@ -14,6 +14,7 @@ evidence. Sequences never call a store without a client except through the calls
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -87,7 +88,7 @@ def _op(rng: random.Random, open_: bool, lifecycle: bool) -> Op:
     if name == "put_from":
         return Op(name, (_key(rng), rng.choice(OFFSETS), rng.choice(SIZES)))
     if name == "get_into":
-        return Op(name, (_key(rng), rng.choice(OFFSETS), rng.choice(SIZES[1:] + (BUF // 2,))))
+        return Op(name, (_key(rng), rng.choice(OFFSETS), rng.choice((*SIZES[1:], BUF // 2))))
     if name == "put":
         return Op(name, (_key(rng), rng.choice(OFFSETS), rng.choice(SIZES[1:])))
     if name in ("get", "is_exist", "get_size"):
@@ -226,7 +227,7 @@ def _overlapping_read(op: Op, real: Any, fake: Any) -> bool:
     if op.name not in ("batch_get", "batch_get_multi") or real[0] != fake[0]:
         return False
     spans = sorted(_dst_ranges(op))
-    return any(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False))
+    return any(b[0] < a[1] for a, b in itertools.pairwise(spans))
 
 
 # Every difference the suite may meet and accept; a difference none of these matches fails
@@ -298,11 +299,15 @@ class Differential:
 
         self.real = real
         self.profile = profile
-        self._args = lambda: setup_args(real.master, global_segment, local_buffer)
+        self._setup_args = setup_args
+        self._sizes = (global_segment, local_buffer)
         self.src = np.zeros(BUF, np.uint8)
         self.dst = np.zeros(BUF, np.uint8)
         self.store: Any = None
         self.result = Comparison()
+
+    def _args(self) -> tuple[Any, ...]:
+        return tuple(self._setup_args(self.real.master, *self._sizes))
 
     def _setup(self, store: Any) -> int:
         return int(store.setup(*self._args()))

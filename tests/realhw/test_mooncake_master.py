@@ -79,7 +79,7 @@ def test_start_waits_for_both_ports_and_stop_leaves_nothing(tmp_path: Path) -> N
 
 def test_a_master_that_exits_fails_naming_its_log(tmp_path: Path) -> None:
     m = MasterProcess(binary=_script(tmp_path, "exits", EXITS), log_dir=tmp_path)
-    with pytest.raises(MasterFailed, match="exited with 3; log: .*mooncake_master-") as err:
+    with pytest.raises(MasterFailed, match=r"exited with 3; log: .*mooncake_master-") as err:
         m.start()
     assert "bad flag" in str(err.value)           # the log's tail is in the message
     assert m.pid is not None and _gone(m.pid)
@@ -88,14 +88,14 @@ def test_a_master_that_exits_fails_naming_its_log(tmp_path: Path) -> None:
 def test_a_master_that_never_listens_times_out_and_is_killed(tmp_path: Path) -> None:
     m = MasterProcess(binary=_script(tmp_path, "hangs", HANGS), log_dir=tmp_path,
                       start_timeout=1.0)
-    with pytest.raises(MasterFailed, match="did not listen .* within 1 s; log: "):
+    with pytest.raises(MasterFailed, match=r"did not listen .* within 1 s; log: "):
         m.start()
     assert m.pid is not None and _gone(m.pid)
 
 
 def test_a_missing_binary_is_a_clear_error(tmp_path: Path) -> None:
     m = MasterProcess(binary=str(tmp_path / "no-such-master"), log_dir=tmp_path)
-    with pytest.raises(MasterFailed, match="cannot start .*no-such-master"):
+    with pytest.raises(MasterFailed, match=r"cannot start .*no-such-master"):
         m.start()
     assert m.proc is None
 
