@@ -1,7 +1,7 @@
 """The ``mooncake-real`` tier: a real ``mooncake_master`` and real store clients on loopback.
 
-Every test here carries the ``kvreg_mooncake_real`` marker. Without the Mooncake wheel (or
-with a library it links missing) the tests skip and say what to install;
+Every test module here sets ``pytestmark = pytest.mark.kvreg_mooncake_real``. Without the
+Mooncake wheel (or with a library it links missing) the tests skip and say what to install;
 ``--kvreg-require-hw`` turns that skip into a failure, as for the GPU and RDMA tiers. A
 master that does not start is a failure naming its log. The masters are stopped by pid at
 the end of the module (also on a failed test or Ctrl-C: the fixture's ``finally``), and a
@@ -29,13 +29,6 @@ _TEST_MASTERS: list[MasterProcess] = []   # masters a test started itself
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{MARKER}: runs Mooncake's real store and master "
                             "(the PyPI wheel; skipped without it unless --kvreg-require-hw)")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.path)).parents:
-            item.add_marker(MARKER)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -18,6 +18,8 @@ import pytest
 from kvreg.fakes.mooncake import FakeMooncake, StoreCrash
 from kvreg.fakes.mooncake.session import CRASHING
 
+pytestmark = pytest.mark.kvreg_mooncake_real
+
 CALLS = {
     "register_buffer": "(0x1000, 4096)", "unregister_buffer": "(0x1000,)",
     "get_into": "('k', 0x1000, 10)", "put": "('k', b'x')",

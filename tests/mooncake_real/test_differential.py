@@ -18,6 +18,8 @@ from kvreg.realhw.mooncake_diff import DIVERGENCES, Comparison, Differential, ge
 
 from .conftest import LONG_LEASE_MS
 
+pytestmark = pytest.mark.kvreg_mooncake_real
+
 SEEDS = range(48)
 LENGTH = 40
 PROFILE = get_store_profile("v0.3.13").replace(default_kv_lease_ttl_ms=LONG_LEASE_MS)

@@ -19,6 +19,8 @@ from kvreg.realhw.mooncake_real import RealMooncake
 
 from .conftest import start_master
 
+pytestmark = pytest.mark.kvreg_mooncake_real
+
 
 def _gone(pid: int) -> bool:
     try:

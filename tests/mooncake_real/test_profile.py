@@ -1,11 +1,16 @@
+
 """The fake's v0.3.13 profile, learned from the real store and checked field by field."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from kvreg.fakes.mooncake import get_store_profile
 from kvreg.realhw.mooncake_profile import LEARNED_FIELDS, learn, mismatches, observe
+
+pytestmark = pytest.mark.kvreg_mooncake_real
 
 
 def test_the_v0_3_13_profile_matches_the_real_store(real: Any) -> None:

@@ -13,11 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from kvreg.fakes.mooncake import FakeMooncake, get_store_profile
 from kvreg.realhw.mooncake_real import setup_args
 
 from .conftest import LONG_LEASE_MS, start_master
+
+pytestmark = pytest.mark.kvreg_mooncake_real
 
 MiB = 1 << 20
 LEASED, NOT_FOUND, INVALID, NO_HANDLE = -706, -704, -600, -200
