@@ -11,6 +11,7 @@ import os
 import socket
 import stat
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,26 @@ def test_a_master_dying_mid_test_is_reported_with_its_log(tmp_path: Path) -> Non
             m.check_alive()
     finally:
         m.stop()
+
+
+def test_a_missing_wheel_is_a_reason_naming_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvreg.realhw import mooncake_master
+
+    monkeypatch.setattr(mooncake_master, "package_version", lambda: None)
+    reason = mooncake_master.missing_reason()
+    assert reason is not None
+    assert "pip install mooncake-transfer-engine-non-cuda==0.3.13.post1" in reason
+    assert "libibverbs1 librdmacm1 libnuma1" in reason
+
+
+def test_a_missing_binary_is_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvreg.realhw import mooncake_master
+
+    monkeypatch.setattr(mooncake_master, "package_version", lambda: "0.3.13.post1")
+    monkeypatch.setattr(mooncake_master, "find_master", lambda name="": None)
+    pkg, store = types.ModuleType("mooncake"), types.ModuleType("mooncake.store")
+    pkg.store = store  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "mooncake", pkg)          # importable stand-ins
+    monkeypatch.setitem(sys.modules, "mooncake.store", store)
+    assert mooncake_master.missing_reason() == (
+        "the mooncake_master binary is not in the package nor on PATH")
