@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["PACKAGE", "MasterFailed", "MasterProcess", "find_master", "free_port",
+__all__ = ["PACKAGE", "ClientProcess", "MasterFailed", "MasterProcess", "find_master", "free_port",
            "missing_reason", "package_version", "port_open"]
 
 PACKAGE = "mooncake-transfer-engine-non-cuda"
@@ -47,8 +47,9 @@ def package_version() -> str | None:
     return None
 
 
-def find_master() -> str | None:
-    """The master binary inside the installed package, else one on PATH."""
+def find_master(name: str = "mooncake_master") -> str | None:
+    """The master (or ``mooncake_client``) binary inside the installed package, else one on
+    PATH."""
     try:
         import importlib.util
 
@@ -56,10 +57,10 @@ def find_master() -> str | None:
     except (ImportError, ValueError):
         spec = None
     if spec is not None and spec.origin:
-        candidate = Path(spec.origin).parent / "mooncake_master"
+        candidate = Path(spec.origin).parent / name
         if candidate.is_file():
             return str(candidate)
-    return shutil.which("mooncake_master")
+    return shutil.which(name)
 
 
 def missing_reason() -> str | None:
@@ -111,6 +112,8 @@ class MasterProcess:
     log_path: Path | None = None
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
+    name = "mooncake_master"
+
     @property
     def address(self) -> str:
         """``master_server_addr`` for ``setup``."""
@@ -146,10 +149,15 @@ class MasterProcess:
         last: MasterFailed | None = None
         for attempt in range(attempts):
             self.rpc_port, self.http_port, self.metrics_port = _three_ports()
-            self.log_path = log_dir / f"mooncake_master-{self.rpc_port}-{attempt}.log"
+            self.log_path = log_dir / f"{self.name}-{self.rpc_port}-{attempt}.log"
+            command = self.command()
             with open(self.log_path, "wb") as log:
-                self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, start_new_session=True)
+                try:
+                    self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                                 stdin=subprocess.DEVNULL,
+                                                 start_new_session=True)
+                except OSError as exc:
+                    raise MasterFailed(f"cannot start {command[0]}: {exc}") from exc
             try:
                 self._wait_ready()
                 return self
@@ -165,12 +173,15 @@ class MasterProcess:
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             self.check_alive()
-            if port_open(self.rpc_port) and port_open(self.http_port):
+            if all(port_open(p) for p in self.ready_ports()):
                 return
             time.sleep(0.05)
-        raise MasterFailed(f"mooncake_master did not listen on {self.rpc_port}/"
-                           f"{self.http_port} within {self.start_timeout:.0f} s; "
-                           f"log: {self.log_path}")
+        raise MasterFailed(f"{self.name} did not listen on "
+                           f"{'/'.join(map(str, self.ready_ports()))} within "
+                           f"{self.start_timeout:.0f} s; log: {self.log_path}")
+
+    def ready_ports(self) -> tuple[int, ...]:
+        return (self.rpc_port, self.http_port)
 
     def check_alive(self) -> None:
         """Raise MasterFailed (naming the log) when the process has exited."""
@@ -178,7 +189,7 @@ class MasterProcess:
             raise MasterFailed("the master is not started")
         code = self.proc.poll()
         if code is not None:
-            raise MasterFailed(f"mooncake_master exited with {code}; log: {self.log_path}\n"
+            raise MasterFailed(f"{self.name} exited with {code}; log: {self.log_path}\n"
                                f"{self.log_tail()}")
 
     def alive(self) -> bool:
@@ -229,3 +240,29 @@ def _three_ports() -> tuple[int, int, int]:
     finally:
         for s in socks:
             s.close()
+
+
+@dataclass
+class ClientProcess(MasterProcess):
+    """A standalone ``mooncake_client`` of ``master`` (tcp, its own shared-memory segment):
+    what ``setup_dummy(mem_pool_size, local_buffer_size, client.address)`` connects to."""
+
+    master: MasterProcess | None = None
+    global_segment: str = "64MB"
+    local_buffer: str = "16MB"
+    name = "mooncake_client"
+
+    def command(self) -> list[str]:
+        binary = self.binary or find_master("mooncake_client")
+        if binary is None or self.master is None:
+            raise MasterFailed("mooncake_client: no binary in the package nor on PATH, or "
+                               "no master given")
+        return [binary, f"--port={self.rpc_port}", f"--host={LOOPBACK}",
+                f"--master_server_address={self.master.address}",
+                f"--metadata_server={self.master.metadata_url}",
+                f"--global_segment_size={self.global_segment}",
+                f"--local_buffer_size={self.local_buffer}", "--protocol=tcp",
+                *self.extra_args]
+
+    def ready_ports(self) -> tuple[int, ...]:
+        return (self.rpc_port,)

@@ -21,5 +21,5 @@ from .transfer_engine import FakeTransferEngine, store_slices, te_slices
 
 __all__ = ["STORE_PROFILES", "Cluster", "ErrorCode", "FakeMooncake", "FakeTransferEngine",
            "LiveBuffer", "MooncakeDistributedStore", "MooncakeHostMemAllocator",
-           "ReplicateConfig", "StoreCrash", "StoreProfile", "TeError", "get_store_profile", "store_slices",
-           "te_slices"]
+           "ReplicateConfig", "StoreCrash", "StoreProfile", "TeError", "get_store_profile",
+           "store_slices", "te_slices"]

@@ -1,10 +1,11 @@
-"""Mooncake behaviour profiles: ``released`` (≤ v0.3.12.post1) and ``head`` (§1.6, §6.1).
+"""Mooncake behaviour profiles: ``released`` (≤ v0.3.12.post1), ``v0.3.13`` and ``head``.
 
-``v0.3.13`` is the version the ``mooncake-real`` tier runs (the PyPI wheel
-0.3.13.post1); its store-level fields are checked against the real store on every CI run
-(kvreg.realhw.mooncake_profile). Released versions reject a ``register_buffer`` above the MR limit with -600 for every
-protocol and need every transfer slice inside one registration (a straddling slice fails
-the transfer with TRANSFER_FAIL). HEAD splits big registrations into ≤ max_mr_size MRs
+``v0.3.13`` is the version the ``mooncake-real`` tier runs (the PyPI wheel 0.3.13.post1);
+its store-level fields are checked against the real store on every CI run
+(kvreg.realhw.mooncake_profile, docs/mooncake-verbs.md §7). Released versions (§1.6, §6.1)
+reject a ``register_buffer`` above the MR limit with -600 for every protocol and need every
+transfer slice inside one registration (a straddling slice fails the transfer with
+TRANSFER_FAIL). HEAD splits big registrations into ≤ max_mr_size MRs
 itself and splits slices at MR seams, so straddling works. Points the spec marks
 [uncertain] or [inferred] are fields with a conservative default.
 """

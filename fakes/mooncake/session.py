@@ -134,7 +134,13 @@ class Session:
     def setup_dummy(self, server_address: str) -> int:
         """A client backed by a standalone ``mooncake_client`` (§7): tcp, no devices, and
         process memory outside its shared memory is refused."""
-        return self._setup("dummy", 0, 0, "tcp", "", server_address, dummy=True)
+        rc = self._setup("dummy", 0, 0, "tcp", "", server_address, dummy=True)
+        if rc == 0 and self.client is not None:
+            # the standalone client mounts its own segment; it outlives this dummy
+            standalone = ("mooncake_client", server_address)
+            if standalone not in self.client.cluster.segments:
+                self.client.cluster.segments.append(standalone)
+        return rc
 
     def setup_from_dict(self, config: Mapping[str, Any]) -> int:
         """The dict overload: values are stringified; two keys are required (§1.2)."""
@@ -291,7 +297,7 @@ class Session:
 
     def put_one(self, key: str, parts: Parts | None, size: int,
                 config: ReplicateConfig | None, *, data: bytes | None = None,
-                api: str = "put_from") -> int:
+                api: str = "put_from", batch: bool = False) -> int:
         args = (key, *parts[0]) if parts is not None and len(parts) == 1 else (key, size)
         c = self.client
         if c is None:
@@ -299,7 +305,9 @@ class Session:
         if parts is not None and not parts:
             return self._done(api, args, INVALID)   # [inferred] ptr/size lists of one key differ
         if size == 0:
-            return self._done(api, args, OK)    # §1.2: size 0 logs a warning, returns 0
+            # §1.2: put_from of size 0 logs a warning and returns 0; §7: a batch entry of
+            # size 0 is -600
+            return self._done(api, args, INVALID if batch else OK)
         if config is not None and config.prefer_alloc_in_same_node:
             return self._done(api, args, INVALID)   # §1.3
         injected = self._fault("put", api, args)
@@ -333,20 +341,40 @@ class Session:
         return None if c.cluster.external_segments else NO_SPACE
 
     def get_one(self, key: str, parts: Parts, api: str = "get_into") -> int:
+        """One read: the checks, then the copy into ``parts``."""
+        code, obj = self._read_check(key, parts, api)
+        if obj is None:
+            return code
+        return self._read_into(obj, key, parts, api, exact=False)
+
+    def _read_check(self, key: str, parts: Parts, api: str) -> tuple[int, StoredObject | None]:
+        """The per-entry part of a read: (code, None) when it fails, (0, object) when the
+        copy may go ahead."""
         args = (key, *(parts[0] if parts else ()))
         c = self.client
         if c is None:
-            return self.no_client(api)
+            return self.no_client(api), None
         injected = self._fault("get", api, args)
         if injected is not None:
-            return self._done(api, args, injected, True)
+            return self._done(api, args, injected, True), None
         if c.dummy and self.fake.profile.dummy_refuses_process_memory:
-            return self._done(api, args, INVALID)   # §7 [inferred: before the lookup]
+            return self._done(api, args, INVALID), None   # §7 [inferred: before the lookup]
         obj = self.lookup(key)
         if obj is None:
-            return self._done(api, args, NOT_FOUND)
+            return self._done(api, args, NOT_FOUND), None
         if not parts or sum(n for _, n in parts) < obj.size:
-            return self._done(api, args, INVALID)   # §1.3: "Buffer too small"
+            return self._done(api, args, INVALID), None   # §1.3: "Buffer too small"
+        return OK, obj
+
+    def _read_into(self, obj: StoredObject, key: str, parts: Parts, api: str, *,
+                   exact: bool) -> int:
+        """The copy. ``exact``: the multi-buffer read, whose buffers must add up to the
+        object's size: more is TRANSFER_FAIL (§7.4)."""
+        c = self.client
+        assert c is not None
+        args = (key, *(parts[0] if parts else ()))
+        if exact and sum(n for _, n in parts) > obj.size:
+            return self._done(api, args, TRANSFER_FAIL)
         ranges: list[tuple[int, int]] = []
         left = obj.size
         for ptr, n in parts:
@@ -364,6 +392,27 @@ class Session:
         self._record(api, args, obj.size)
         return obj.size
 
+    def _batch_get(self, api: str, keys: list[str], parts: list[list[tuple[int, int]]],
+                   multi: bool) -> list[int]:
+        """§7.4: every entry is checked on its own (miss -704, small -600); the entries of
+        one key that pass alias: the copy goes into the last one's buffers only, and its
+        result (bytes, or -800 for a multi-buffer read that is too big) is every one's."""
+        out = [OK] * len(keys)
+        passed: dict[str, list[int]] = {}
+        objs: dict[str, StoredObject] = {}
+        for i, k in enumerate(keys):
+            code, obj = self._read_check(k, parts[i], api)
+            if obj is None:
+                out[i] = code
+                continue
+            passed.setdefault(k, []).append(i)
+            objs[k] = obj
+        for k, idx in passed.items():
+            code = self._read_into(objs[k], k, parts[idx[-1]], api, exact=multi)
+            for i in idx:
+                out[i] = code
+        return out
+
     def batch(self, kind: str, keys: list[str], parts: list[list[tuple[int, int]]],
               config: ReplicateConfig | None, *, multi: bool = False) -> list[int]:
         """Per-key results; duplicate keys alias to one operation (§1.3).
@@ -376,17 +425,20 @@ class Session:
         if self.client is None:
             self.no_client(api)
             return [INVALID] * len(keys)
+        if kind == "get":
+            return self._batch_get(api, keys, parts, multi)
+        if multi:
+            # §7: entries run in order: a duplicate finds the first one's object (0)
+            return [self.put_one(k, parts[i], sum(n for _, n in parts[i]), config, api=api,
+                                 batch=True) for i, k in enumerate(keys)]
         winner: dict[str, int] = {}
         for i, k in enumerate(keys):
             if self.fake.profile.duplicate_key_winner == "last" or k not in winner:
                 winner[k] = i
         results: dict[str, int] = {}
         for k, i in sorted(winner.items(), key=lambda kv: kv[1]):
-            if kind == "put":
-                results[k] = self.put_one(k, parts[i], sum(n for _, n in parts[i]), config,
-                                          api=api)
-            else:
-                results[k] = self.get_one(k, parts[i], api=api)
+            results[k] = self.put_one(k, parts[i], sum(n for _, n in parts[i]), config,
+                                      api=api, batch=True)
         return [results[k] for k in keys]
 
     def get_bytes(self, key: str) -> bytes:

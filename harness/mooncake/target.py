@@ -192,8 +192,11 @@ def _deployment(opts: MooncakeOptions, env: dict[str, str]) -> FakeMooncake:
     return fake
 
 
-def _build(sc: Scenario, opts: MooncakeOptions) -> _Run:
-    """Fabric, stores set up on every node, the pool's buffers; no fault armed yet."""
+def _build(sc: Scenario, opts: MooncakeOptions, mirror: Any = None) -> _Run:
+    """Fabric, stores set up on every node, the pool's buffers; no fault armed yet.
+
+    ``mirror`` (kvreg.realhw.mooncake_mirror.MooncakeMirror) pairs every store with a real
+    one: the implementation's calls go to both (the real-store tier)."""
     geometry = sc.geometry()
     env = process_env(opts)
     nodes = opts.nodes
@@ -204,7 +207,7 @@ def _build(sc: Scenario, opts: MooncakeOptions) -> _Run:
         rc = store.setup(f"{node}-host", "P2PHANDSHAKE", 0, 0, opts.protocol, "", MASTER)
         if rc != 0:
             raise RuntimeError(f"the fake store's setup on {node} returned {rc}")
-        stores[node] = store
+        stores[node] = store if mirror is None else mirror.wrap_store(node, store, fake)
     client = stores[nodes[0]].client
     assert client is not None
     limit = int(client.max_mr_size)
@@ -395,12 +398,16 @@ class MooncakeTarget:
             raise SkipScenario(f"the {impl.style} style registers CUDA buffers; Mooncake "
                                "scenarios need --style mooncake")
         opts = MooncakeOptions.parse(sc.mooncake)
+        mirror = backend if hasattr(backend, "wrap_store") else None
+        if mirror is not None and sc.memory != "real":
+            raise SkipScenario("fake-only on the real store: a virtual pool has no memory "
+                               "behind it for the real store to read")
         if opts.limit == "own" and not impl.computes_own_mr_limit():
             raise SkipScenario("this scenario passes max_mr_size=None for the implementation "
                                "to compute its own MR limit; a register whose max_mr_size "
                                "defaults to None says it does")
         try:
-            run = _build(sc, opts)
+            run = _build(sc, opts, mirror)
             plan_io(run.geometry, [0], io=opts.io, merged=opts.merged)  # a bad plan fails early
         except (IoPlanError, GeometryError, ValueError, RuntimeError) as exc:
             raise CannotRun(str(exc)) from exc

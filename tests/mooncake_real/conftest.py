@@ -1,0 +1,84 @@
+"""The ``mooncake-real`` tier: a real ``mooncake_master`` and real store clients on loopback.
+
+Every test module here sets ``pytestmark = pytest.mark.kvreg_mooncake_real``. Without the
+Mooncake wheel (or with a library it links missing) the tests skip and say what to install;
+``--kvreg-require-hw`` turns that skip into a failure, as for the GPU and RDMA tiers. A
+master that does not start is a failure naming its log. The masters are stopped by pid at
+the end of the module (also on a failed test or Ctrl-C: the fixture's ``finally``), and a
+failed test gets the master's log in its report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvreg.realhw.mooncake_master import MasterProcess, missing_reason
+
+MARKER = "kvreg_mooncake_real"
+# the master's --default_kv_lease_ttl for the differential suite: long enough that no lease
+# taken in a sequence expires inside it; the lease test starts its own short-lease master
+LONG_LEASE_MS = 600_000
+_MASTERS: list[MasterProcess] = []        # the module fixtures' masters
+_TEST_MASTERS: list[MasterProcess] = []   # masters a test started itself
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{MARKER}: runs Mooncake's real store and master "
+                            "(the PyPI wheel; skipped without it unless --kvreg-require-hw)")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _TEST_MASTERS.clear()
+    if item.get_closest_marker(MARKER) is None:
+        return
+    missing = missing_reason()
+    if missing:
+        if item.config.getoption("--kvreg-require-hw"):
+            pytest.fail(f"{MARKER}: {missing} (--kvreg-require-hw is set)", pytrace=False)
+        pytest.skip(f"{MARKER}: {missing}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed test's report carries the log of every master started for it."""
+    report = yield
+    if report.failed:
+        for master in [*_MASTERS, *_TEST_MASTERS]:
+            report.sections.append((f"mooncake_master log ({master.log_path})",
+                                    master.log_tail(60)))
+    return report
+
+
+def start_master(tmp: Path, **kwargs: Any) -> MasterProcess:
+    """A started master whose log goes to failing reports; stop it in a ``finally``."""
+    master = MasterProcess(log_dir=tmp, **kwargs)
+    _TEST_MASTERS.append(master)
+    master.start()
+    return master
+
+
+@pytest.fixture(scope="module")
+def master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MasterProcess]:
+    """One real master (long leases) for the module, stopped by pid whatever happens."""
+    m = MasterProcess(log_dir=tmp_path_factory.mktemp("mooncake"), lease_ttl_ms=LONG_LEASE_MS)
+    _MASTERS.append(m)
+    try:
+        m.start()
+        yield m
+    finally:
+        m.stop()
+        _MASTERS.remove(m)
+
+
+@pytest.fixture
+def real(master: MasterProcess) -> Iterator[Any]:
+    """Real stores of the module's master; every one handed out is closed after the test."""
+    from kvreg.realhw.mooncake_real import RealMooncake
+
+    with RealMooncake(master) as deployment:
+        yield deployment
+    master.check_alive()      # a master that died mid-test fails the test with its log
