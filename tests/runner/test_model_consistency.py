@@ -149,6 +149,7 @@ def test_a_seam_in_the_dsa_spare_page_cuts_no_copy(by_id) -> None:  # type: igno
     assert result.verdict == "pass", result.violations
     assert result.copy is not None and result.copy["pages_copied"] == 4166
     assert [w.rule for w in result.warnings] == ["recovered", "error-pending"]   # torch's
+    assert result.warnings[0].message.endswith("on seams no copy crosses")
     # the same halving inside a page that is copied fails, on both paths of the model
     mla = run_scenario(by_id["mla/page_first/fail-last-chunk"], _impl("sglang_pr39744_halving"))
     assert [v.rule for v in mla.violations] == ["transfer-failed", "seams-aligned"]
