@@ -29,7 +29,7 @@ from kvreg.harness.run.endstate import (
 )
 from kvreg.harness.run.result import Violation, whole_message
 
-from .seam_cuts import check_cuda_seams, cuts_of
+from .seam_cuts import FLIP, check_cuda_seams, cuts_of
 
 __all__ = ["BufferRun", "RunRecord", "Violation", "buffer_ends", "check_run", "check_warnings"]
 
@@ -346,6 +346,23 @@ def _explain_error(r: RunRecord, b: BufferRun) -> str:
     return msg
 
 
+def _across_two(r: RunRecord, ptr: int, size: int) -> bool:
+    """Whether [ptr, ptr+size) is wholly registered, by two or more registrations: the [UNC]
+    case of docs/cuda-runtime.md §5.4 (a partly pageable range fails by the documented rule)."""
+    stop = r.teardown_start if r.teardown_start is not None else 1 << 62
+    live = live_ranges(("reg" if e.api in REGISTER_APIS else "unreg", int(e.args[0]),
+                        int(e.args[1]) if e.api in REGISTER_APIS else 0, e.code == 0)
+                       for e in r.trace if e.seq < stop
+                       and e.api in REGISTER_APIS | UNREGISTER_APIS)
+    spans = sorted((p, p + s) for p, s in live.items() if p < ptr + size and p + s > ptr)
+    reach = ptr
+    for start, end in spans:
+        if start > reach:
+            return False
+        reach = max(reach, end)
+    return len(spans) >= 2 and reach >= ptr + size
+
+
 def _explain_transfer(r: RunRecord, t: Any) -> str:
     msg = f"batch copy of every page failed with {t.code} ({error_string(t.code)})"
     if t.failed_row is not None and r.geometry.has_page_meta:
@@ -363,6 +380,8 @@ def _explain_transfer(r: RunRecord, t: Any) -> str:
         msg = (f"{where} of {name} [{off}, {off + size}) spans registrations at offset "
                f"{seams[0] if seams else '?'}: cudaMemcpyBatchAsync returns {t.code} "
                f"({error_string(t.code)})")
+        if _across_two(r, base + off, size):
+            msg += f": a copy across two registrations, which fails under {FLIP}"
     elif t.detail:
         msg += f": {t.detail}"
     return msg

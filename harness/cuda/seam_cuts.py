@@ -28,7 +28,7 @@ from kvreg.harness.pools.base import ExtentFamily
 from kvreg.harness.run.endstate import BufferEnd
 from kvreg.harness.run.result import Violation
 
-__all__ = ["SeamCut", "check_cuda_seams", "cuts_of", "misaligned_seams"]
+__all__ = ["FLIP", "SeamCut", "check_cuda_seams", "cuts_of", "misaligned_seams"]
 
 FLIP = ('[UNC] docs/cuda-runtime.md §5.4: the device profile has copy_across_registrations = '
         '"reject"; a scenario with profile_options = { copy_across_registrations = "allow" } '

@@ -312,7 +312,9 @@ def recovered_warnings(buffers: Sequence[BufferEnd],
             f"#{call.seq + 1}) returned {call.code} {call.name}"
             + (f" and {len(b.failed) - 1} more call(s) failed" if len(b.failed) > 1 else "")
             + f"; register() recovered: {b.label} ended fully registered in "
-            f"{len(b.live)} {b.what}(s) on aligned seams", call.seq))
+            f"{len(b.live)} {b.what}(s) on "
+            + ("aligned seams" if not check_seams_aligned([b], 0) else
+               "seams no copy crosses"), call.seq))
     return out
 
 

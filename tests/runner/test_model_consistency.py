@@ -149,6 +149,7 @@ def test_a_seam_in_the_dsa_spare_page_cuts_no_copy(by_id) -> None:  # type: igno
     assert result.verdict == "pass", result.violations
     assert result.copy is not None and result.copy["pages_copied"] == 4166
     assert [w.rule for w in result.warnings] == ["recovered", "error-pending"]   # torch's
+    assert result.warnings[0].message.endswith("on seams no copy crosses")
     # the same halving inside a page that is copied fails, on both paths of the model
     mla = run_scenario(by_id["mla/page_first/fail-last-chunk"], _impl("sglang_pr39744_halving"))
     assert [v.rule for v in mla.violations] == ["transfer-failed", "seams-aligned"]
@@ -227,3 +228,26 @@ def test_mr_seams_agree_with_the_store_transfers(name: str, catalog) -> None:  #
         assert any(v.rule != "seams-aligned" and "cut by the MR seam" in v.message
                    for v in result.violations), (sc.id, result.violations)
     assert judged > 0 if name == "fastdeploy_chunker" else judged == 0
+
+
+def test_only_bytes_no_page_extent_touches_are_marked_uncopied(catalog) -> None:  # type: ignore[no-untyped-def]
+    """Over every pool of the catalog: a region marked uncopied holds no page extent (so the
+    rule that ignores it hides no copy), and only the DSA indexer has such rows (docs/pools.md
+    §2.5: every other pool addresses all the pages it allocates)."""
+    seen: set[str] = set()
+    for sc in catalog:
+        if sc.pool in seen or "huge" in sc.tags:
+            continue
+        seen.add(sc.pool)
+        geometry = sc.geometry()
+        for i, spec in enumerate(geometry.buffers()):
+            uncopied = [r for r in spec.regions if not r.copied]
+            assert not uncopied or sc.pool_type in ("dsa_indexer", "group"), sc.pool
+            if not uncopied or not geometry.has_page_meta:
+                continue
+            ext = geometry.page_extents()
+            mine = ext.buffer == i
+            for r in uncopied:
+                hit = (ext.offset[mine] < r.end) & (ext.end[mine] > r.offset)
+                assert not hit.any(), (sc.pool, spec.name, r)
+    assert {"dsa_indexer/page_first", "dsa_indexer/layer_first"} <= seen
