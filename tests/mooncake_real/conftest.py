@@ -38,7 +38,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     missing = missing_reason()
     if missing:
         if item.config.getoption("--kvreg-require-hw"):
-            pytest.fail(f"{MARKER}: {missing} (--kvreg-require-hw is set)", pytrace=False)
+            # as for kvreg_gpu: the kvreg plugin fails it in the call phase (a failed test,
+            # not a setup error); the fixtures below hand out None meanwhile
+            item.__dict__["_kvreg_missing_hw"] = f"{MARKER}: {missing} (--kvreg-require-hw is set)"
+            return
         pytest.skip(f"{MARKER}: {missing}")
 
 
@@ -62,8 +65,12 @@ def start_master(tmp: Path, **kwargs: Any) -> MasterProcess:
 
 
 @pytest.fixture(scope="module")
-def master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MasterProcess]:
-    """One real master (long leases) for the module, stopped by pid whatever happens."""
+def master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MasterProcess | None]:
+    """One real master (long leases) for the module, stopped by pid whatever happens
+    (None without the wheel: the test then fails under --kvreg-require-hw)."""
+    if missing_reason():
+        yield None
+        return
     m = MasterProcess(log_dir=tmp_path_factory.mktemp("mooncake"), lease_ttl_ms=LONG_LEASE_MS)
     _MASTERS.append(m)
     try:
@@ -75,10 +82,13 @@ def master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MasterProcess]:
 
 
 @pytest.fixture
-def real(master: MasterProcess) -> Iterator[Any]:
+def real(master: MasterProcess | None) -> Iterator[Any]:
     """Real stores of the module's master; every one handed out is closed after the test."""
     from kvreg.realhw.mooncake_real import RealMooncake
 
+    if master is None:
+        yield None
+        return
     with RealMooncake(master) as deployment:
         yield deployment
     master.check_alive()      # a master that died mid-test fails the test with its log

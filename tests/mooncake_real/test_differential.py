@@ -29,6 +29,9 @@ PROFILE = get_store_profile("v0.3.13").replace(default_kv_lease_ttl_ms=LONG_LEAS
 def differential(master: Any) -> Any:
     from kvreg.realhw.mooncake_real import RealMooncake
 
+    if master is None:          # no wheel: the test fails under --kvreg-require-hw
+        yield None
+        return
     with RealMooncake(master) as real:
         diff = Differential(real, PROFILE)
         try:

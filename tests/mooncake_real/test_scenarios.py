@@ -43,6 +43,9 @@ def mirror(master: Any) -> Any:
     from kvreg.realhw.mooncake_mirror import MooncakeMirror
     from kvreg.realhw.mooncake_real import RealMooncake
 
+    if master is None:          # no wheel: the test fails under --kvreg-require-hw
+        yield None
+        return
     with RealMooncake(master) as real:
         yield MooncakeMirror(real)
 
