@@ -315,3 +315,10 @@ def test_a_fine_buffer_or_entry_does_not_stop_the_next_being_judged() -> None:
     recovered = _live((0, 0x80), (0x80, 0x80), failed=[OOM], label="r")
     assert [w.message.split(" ended")[0].rsplit(" ", 1)[-1]
             for w in recovered_warnings([misaligned, recovered])] == ["r"]
+
+
+def test_an_aligned_buffer_does_not_stop_the_next_seams_being_judged() -> None:
+    aligned = _live((0, 0x20), (0x20, 0xE0), label="a")
+    bad = _live((0, 0x28), (0x28, 0xD8), label="c")
+    assert [v.message.split(" lies")[0] for v in check_seams_aligned([aligned, bad], 7)] == \
+        ["a seam between two registrations of c"]
