@@ -256,11 +256,11 @@ def make_implementation(impl: str | None = None, teardown: str | None = None,
         raise ImplementationError(f"{o_style} must be one of sglang, generic, mooncake, "
                                   f"ctypes, driver; got {style!r}")
     register_fn = load_callable(impl, base, o_impl)
+    if teardown == "close" and style != "mooncake":
+        raise ImplementationError(f"{o_teardown} close closes a Mooncake store: it needs "
+                                  f"{o_style} mooncake")
     check_signature(register_fn, style, 0, o_impl, impl)
     if teardown == "close":
-        if style != "mooncake":
-            raise ImplementationError(f"{o_teardown} close closes a Mooncake store: it needs "
-                                      f"{o_style} mooncake")
         return Implementation(style, impl, register_fn, None, teardown_close=True)
     label = o_teardown
     if teardown is None:
