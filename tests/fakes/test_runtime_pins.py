@@ -35,6 +35,15 @@ def _registry(*ranges: tuple[int, int]) -> PinnedRegistry:
     return reg
 
 
+def test_the_four_classes_are_distinct() -> None:
+    # copy validation tells them apart (a SPANS copy is refused where a PINNED one is fine,
+    # docs/cuda-runtime.md §5.4): no two classes may share a value
+    from kvreg.fakes.cuda.registry import CLASS_NAMES
+
+    assert len({PAGEABLE, PINNED, SPANS, MIXED}) == 4
+    assert sorted(CLASS_NAMES) == sorted({PAGEABLE, PINNED, SPANS, MIXED})
+
+
 def test_a_copy_starting_exactly_at_a_registrations_end_is_pageable() -> None:
     # docs/cuda-runtime.md §5.1: a range that touches no pinned byte takes the staged path; the
     # byte at end is not the registration's, so [end, end+n) is pageable, never mixed/spanning
