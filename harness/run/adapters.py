@@ -278,12 +278,12 @@ def make_implementation(impl: str | None = None, teardown: str | None = None,
     if style not in STYLES or style == "reference":
         raise ImplementationError(f"{o_style} must be one of sglang, generic, mooncake, "
                                   f"ctypes, driver; got {style!r}")
-    if teardown == "close" and style != "mooncake":
-        raise ImplementationError(f"{o_teardown} close closes a Mooncake store: it needs "
-                                  f"{o_style} mooncake")
     before = set(sys.modules)
     with watching_env() as reads, import_scope():
         register_fn = load_callable(impl, base, o_impl)
+        if teardown == "close" and style != "mooncake":
+            raise ImplementationError(f"{o_teardown} close closes a Mooncake store: it needs "
+                                      f"{o_style} mooncake")
         check_signature(register_fn, style, 0, o_impl, impl)
         teardown_fn = None
         if teardown != "close":

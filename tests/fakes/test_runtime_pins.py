@@ -35,6 +35,15 @@ def _registry(*ranges: tuple[int, int]) -> PinnedRegistry:
     return reg
 
 
+def test_the_four_classes_are_distinct() -> None:
+    # copy validation tells them apart (a SPANS copy is refused where a PINNED one is fine,
+    # docs/cuda-runtime.md §5.4): no two classes may share a value
+    from kvreg.fakes.cuda.registry import CLASS_NAMES
+
+    assert len({PAGEABLE, PINNED, SPANS, MIXED}) == 4
+    assert sorted(CLASS_NAMES) == sorted({PAGEABLE, PINNED, SPANS, MIXED})
+
+
 def test_a_copy_starting_exactly_at_a_registrations_end_is_pageable() -> None:
     # docs/cuda-runtime.md §5.1: a range that touches no pinned byte takes the staged path; the
     # byte at end is not the registration's, so [end, end+n) is pageable, never mixed/spanning
@@ -300,3 +309,11 @@ def test_pointer_attributes_of_host_alloc_memory_are_device_0_and_mapped() -> No
     assert (attrs.type, attrs.device, attrs.devicePointer, attrs.hostPointer) == \
         (1, 0, ptr + 8, ptr + 8)
     assert rt.host_get_flags(ptr) == (0, 2)                  # DEVICEMAP implied (§4)
+
+
+def test_touching_excludes_a_range_that_ends_where_the_query_starts() -> None:
+    reg = _registry((0x10000, 0x1000), (0x12000, 0x1000))
+    assert reg.touching(0x11000, 0x100) == ()
+    assert [e.base for e in reg.touching(0x10FFF, 0x2)] == [0x10000]
+    assert [e.base for e in reg.touching(0x10FFF, 0x1002 + 0x1000)] == [0x10000, 0x12000]
+    assert reg.touching(0x13000, 0x10) == () and reg.touching(0xF000, 0x1000) == ()

@@ -298,3 +298,27 @@ def test_origin_is_the_innermost_frame_outside_the_fakes() -> None:
     assert inside.startswith("test_endstate_unit.py:")
     assert "load_libcudart" in inside
     assert summarize_exception(RuntimeError("never raised")).origin == ""
+
+
+def test_a_fine_buffer_or_entry_does_not_stop_the_next_being_judged() -> None:
+    from kvreg.harness.run.endstate import Pending, check_error_pending, recovered_warnings
+
+    named = _end(RuntimeError("cudaErrorMemoryAllocation"), [OOM])
+    unnamed = BufferEnd("k", BASE, 0x1000, 0x100, False, summarize_exception(RuntimeError("x")),
+                        9, [], [OOM])
+    assert [v.message.split(" raised")[0] for v in check_error_reported([named, unnamed])] == \
+        ["register() of k"]
+    pend = [Pending("register", "cuda-bindings", 0, "cudaSuccess"),
+            Pending("register", "cuda-bindings", 2, "cudaErrorMemoryAllocation")]
+    assert len(check_error_pending(pend, fallback=False)[0]) == 1
+    misaligned = _live((0, 0x28), (0x28, 0xD8), failed=[OOM], label="m")
+    recovered = _live((0, 0x80), (0x80, 0x80), failed=[OOM], label="r")
+    assert [w.message.split(" ended")[0].rsplit(" ", 1)[-1]
+            for w in recovered_warnings([misaligned, recovered])] == ["r"]
+
+
+def test_an_aligned_buffer_does_not_stop_the_next_seams_being_judged() -> None:
+    aligned = _live((0, 0x20), (0x20, 0xE0), label="a")
+    bad = _live((0, 0x28), (0x28, 0xD8), label="c")
+    assert [v.message.split(" lies")[0] for v in check_seams_aligned([aligned, bad], 7)] == \
+        ["a seam between two registrations of c"]
