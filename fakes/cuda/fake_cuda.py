@@ -28,6 +28,7 @@ from .cuda_machine import looks_like_cuda
 from .cuda_python_face import OUTPUTS, CudaBindingsFace
 from .cuda_runtime import FakeRuntime
 from .driver_face import DRIVER_OUTPUTS, RUNTIME_TWINS, CudaDriverFace
+from .pinned_query import patch_is_pinned
 from .profile import DeviceProfile
 from .torch_face import TorchCudartFace
 
@@ -183,6 +184,9 @@ class FakeCuda:
             if torch:
                 stack.enter_context(patch_torch_cudart(
                     self.torch, env=self.profile.env, device_count=self.profile.device_count))
+                stack.enter_context(patch_is_pinned(
+                    self.driver.pinned,
+                    available=self.profile.env == "ok" and self.profile.device_count > 0))
             if cuda_bindings:
                 stack.enter_context(patch_cuda_bindings(
                     self.runtime, legacy=self.profile.bindings_major == 12,
