@@ -77,7 +77,8 @@ class CudaBackend(Protocol):
 
     def leak_report(self) -> str: ...
 
-    def patch(self, *, torch: bool = True, cuda_bindings: bool = True) -> Any: ...
+    def patch(self, *, torch: bool = True, cuda_bindings: bool = True,
+              cuda_machine: bool = False) -> Any: ...
 
     def virtual(self, shape: Sequence[int] | int, dtype: Any = "uint8", *,
                 name: str = "") -> Any: ...
@@ -319,8 +320,11 @@ class RealCuda:
 
     # -- activation ---------------------------------------------------------------------------
     @contextmanager
-    def patch(self, *, torch: bool = True, cuda_bindings: bool = True) -> Iterator[RealCuda]:
-        """A no-op: the real modules are already what ``torch.cuda.cudart()`` returns.
+    def patch(self, *, torch: bool = True, cuda_bindings: bool = True,
+              cuda_machine: bool = False) -> Iterator[RealCuda]:
+        """A no-op: the real modules are already what ``torch.cuda.cudart()`` returns (and on a
+        CUDA machine torch's device queries already answer truly: ``cuda_machine`` changes
+        nothing).
 
         Code under test that calls the modules directly is not recorded; hand it
         ``backend.torch`` / ``backend.runtime`` to record and fault-inject its calls.

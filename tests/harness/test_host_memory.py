@@ -126,3 +126,22 @@ def test_empty_and_negative_shapes() -> None:
     assert memory.allocate((0, 5), torch.float32).shape == (0, 5)
     with pytest.raises(ValueError, match="negative dimension"):
         memory.allocate((-1,), torch.float32)
+
+
+def test_fixture_takes_its_options_from_the_marker(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile('''
+import pytest, torch
+
+@pytest.mark.kvreg_host_memory(threshold=1 << 20, names=["kv_buffer"])
+def test_marked(kvreg_host_memory, kvreg_pool_check, fake_cudart):
+    small = torch.empty(1000)
+    buf = torch.zeros(1 << 21, dtype=torch.uint8)
+    assert [a.name for a in kvreg_host_memory.allocations] == ["kv_buffer"]
+    assert fake_cudart.space.owner(buf.data_ptr() + 5)[0].name == "kv_buffer"
+    torch.cuda.cudart().cudaHostRegister(buf.data_ptr(), 1 << 20, 0)
+    check = kvreg_pool_check([buf], granularity=None)
+    assert [v.rule for v in check.registered()] == ["registered"]
+    torch.cuda.cudart().cudaHostUnregister(buf.data_ptr())
+    assert small.numel() == 1000
+''')
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
