@@ -175,9 +175,9 @@ class FakeCuda:
         ``cuda_machine=True`` also makes ``torch.version.cuda`` and torch's device queries
         answer as the profile (:mod:`kvreg.fakes.cuda.cuda_machine`)."""
         enlist(self.retire)   # the harness's scenario scope retires it at its end
-        driver = self.driver_api._kvreg_target
+        driver = self.driver
         if PROCESS.carry and PROCESS.driver_initialised and self.profile.env == "ok":
-            driver._initialised = True   # the process called cuInit under an earlier fake
+            driver.initialised = True   # the process initialised the driver under an earlier fake
         with ExitStack() as stack:
             stack.enter_context(patch_ctypes_cudart(
                 self.libcudart_faces, is_cudart=is_libcudart, soname=self.libcudart_soname))
@@ -196,7 +196,7 @@ class FakeCuda:
             try:
                 yield self
             finally:
-                if PROCESS.carry and driver._initialised:
+                if PROCESS.carry and driver.initialised:
                     PROCESS.driver_initialised = True
 
     def retire(self) -> None:
