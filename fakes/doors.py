@@ -9,11 +9,12 @@ fake. So every patch installs the same :class:`Door` facade, which forwards each
 top of the door's stack: the fake patched in last (nested patching is pushing another one).
 
 What cannot be forwarded is an object that belongs to one fake (a store set up against its
-deployment, an opened device context). When a scope (:func:`scenario_scope`) ends, the fakes
+deployment, an opened device context). When a scope (:func:`retire_scope`) ends, the fakes
 patched in during it are retired and the objects made through a door are marked
 (:func:`make_stale`); a later call on one, or a call through a door while no fake is patched
-in, raises :class:`StaleHandleError` and is recorded, so the harness reports the run as
-kvreg's ``error`` naming the object and where the code keeps it, never as a ``fail``.
+in, raises :class:`StaleHandleError` and is recorded in the scope open at the time, so a
+caller (kvreg's runner: one scope per scenario) can report it as its own error naming the
+object and where the code keeps it, not as the code's failure.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 __all__ = ["PROCESS", "Door", "FacadeModule", "ProcessState", "Scope", "StaleHandleError",
            "class_facade", "door_target",
            "enlist", "make_stale", "report_stale",
-           "scenario_scope"]
+           "retire_scope"]
 
-_KVREG_ROOT = str(Path(__file__).resolve().parents[1])   # the folder holding fakes/, harness/
+# kvreg's own code (fakes/, harness/, realhw/): frames there are not the caller under test
+_HERE = Path(__file__).resolve().parent
+_KVREG_DIRS = tuple(f"{d}/" for d in (_HERE, _HERE.parent / "harness", _HERE.parent / "realhw"))
 _LOCK = threading.Lock()
 
 
@@ -41,7 +44,7 @@ class StaleHandleError(RuntimeError):
 
 
 class Scope:
-    """One scenario's (or one import's) span: what to retire at its end, what went stale."""
+    """One span of use (a run, an import): what to retire at its end, what went stale."""
 
     def __init__(self) -> None:
         self.retire: list[Callable[[], None]] = []
@@ -66,8 +69,8 @@ def _remember_made(obj: Any) -> None:
 
 
 @contextmanager
-def scenario_scope() -> Iterator[Scope]:
-    """The block is one scenario: at its end, retire what was patched in and made during it.
+def retire_scope() -> Iterator[Scope]:
+    """The block is one span of use: at its end, retire what was patched in and made in it.
 
     ``scope.stale`` lists the calls that reached a retired fake (or a door with no fake
     patched in) during the block, each as one line naming the object and where it is held.
@@ -78,19 +81,18 @@ def scenario_scope() -> Iterator[Scope]:
         yield scope
     finally:
         _SCOPES.remove(scope)
+        for retire in scope.retire:   # first: a fake names its own objects best
+            retire()
         for ref in scope.made:
             obj = ref()
             if obj is not None:
-                make_stale(obj, "an earlier scenario's fake")
-        for retire in scope.retire:
-            retire()
+                make_stale(obj, "a retired fake")
 
 
 def _caller() -> str:
     """The innermost frame outside kvreg: where the code under test made the call."""
     frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_KVREG_ROOT) and \
-            "/tests/" not in frame.f_code.co_filename:
+    while frame is not None and frame.f_code.co_filename.startswith(_KVREG_DIRS):
         frame = frame.f_back    # type: ignore[assignment]
     if frame is None:
         return "kvreg itself"
@@ -119,9 +121,9 @@ def report_stale(what: str, obj: Any = None) -> NoReturn:
         line += f"; the code keeps it in {', '.join(held)}"
     with _LOCK:
         (_SCOPES[-1].stale if _SCOPES else _ORPHANS).append(line)
-    raise StaleHandleError(f"kvreg: {line}. Each scenario runs with a fresh fake; reach it "
-                           "through the module (torch.cuda.cudart(), ctypes.CDLL, "
-                           "cuda.bindings, pyverbs, mooncake.store) in the scenario that uses it")
+    raise StaleHandleError(f"kvreg: {line}. The object belongs to a fake that is done with; "
+                           "reach the current one through its module (torch.cuda.cudart(), "
+                           "ctypes.CDLL, cuda.bindings, pyverbs, mooncake.store)")
 
 
 class ProcessState:

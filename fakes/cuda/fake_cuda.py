@@ -1,9 +1,11 @@
 """``FakeCuda``: one simulated process with a driver, its runtimes, a trace and a fault plan.
 
 This is what tests and the ``fake_cudart`` fixture hold. Under ``fake.patch()``,
-``fake.torch`` is what ``torch.cuda.cudart()`` returns, ``fake.runtime`` is what
-``cuda.bindings.runtime`` becomes, ``fake.driver_api`` is ``cuda.bindings.driver``, and
-``ctypes.CDLL("libcudart.so...")`` gives ``fake.load_libcudart(name)``. Every door is
+``torch.cuda.cudart()`` reaches ``fake.torch``, ``cuda.bindings.runtime`` reaches
+``fake.runtime``, ``cuda.bindings.driver`` reaches ``fake.driver_api``, and
+``ctypes.CDLL("libcudart.so...")`` reaches ``fake.libcudart_faces(name)``: through the
+process's doors (:mod:`kvreg.fakes.doors`), so a handle kept from an earlier patch reaches
+the fake patched in now, and patches nest. Every door is
 recorded and fault-injected by one :class:`~kvreg.fakes.recorder.Intercepted` layer, sharing
 one trace and one plan; each runtime instance (torch's, cuda-bindings', the ctypes-loaded
 libcudart) keeps its own last-error slot over the one driver (docs/cuda-runtime.md §6).
@@ -174,7 +176,7 @@ class FakeCuda:
         libcudart loaded through ctypes reach this fake (other libraries load normally).
         ``cuda_machine=True`` also makes ``torch.version.cuda`` and torch's device queries
         answer as the profile (:mod:`kvreg.fakes.cuda.cuda_machine`)."""
-        enlist(self.retire)   # the harness's scenario scope retires it at its end
+        enlist(self.retire)   # the open retire scope, if any, retires it at its end
         driver = self.driver
         if PROCESS.carry and PROCESS.driver_initialised and self.profile.env == "ok":
             driver.initialised = True   # the process initialised the driver under an earlier fake
@@ -200,8 +202,8 @@ class FakeCuda:
                     PROCESS.driver_initialised = True
 
     def retire(self) -> None:
-        """This fake's scenario is over: a call still reaching its faces (a handle the code
-        kept from the fake itself instead of the process's doors) is reported, not run."""
+        """This fake is done with (its scope ended): a call still reaching its faces (a handle
+        kept from the fake itself rather than through the doors) is reported, not run."""
         for face in (self.torch, self.runtime, self.driver_api,
                      *(pair[1] for pair in self._ctypes_faces.values())):
-            make_stale(face, f"the fake of an earlier scenario ({self.profile.name})")
+            make_stale(face, f"a retired fake CUDA process ({self.profile.name})")

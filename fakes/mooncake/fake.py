@@ -174,14 +174,14 @@ class FakeMooncake:
         """For the block, ``from mooncake.store import MooncakeDistributedStore`` reaches the
         fake: the process's door module and store class (fakes/doors.py), so a class kept
         from an earlier patch builds this fake's stores."""
-        enlist(self.retire)   # the harness's scenario scope retires it at its end
+        enlist(self.retire)   # the open retire scope, if any, retires it at its end
         with ExitStack() as stack:
             doors = door_modules(self.modules(node), _BOUND, stack)
             stack.enter_context(patch_modules(doors, "mooncake"))
             yield self
 
     def retire(self) -> None:
-        """This deployment's scenario is over: its stores are reported when used again (a
-        store is set up against one deployment and cannot be forwarded to another)."""
+        """This deployment is done with (its scope ended): its stores are reported when used
+        again (a store is set up against one deployment and cannot be forwarded to another)."""
         for store in self.stores:
-            make_stale(store, "the Mooncake deployment of an earlier scenario")
+            make_stale(store, "a retired Mooncake deployment")

@@ -297,5 +297,8 @@ def make_implementation(impl: str | None = None, teardown: str | None = None,
     return Implementation(style, impl, register_fn, teardown_fn,
                           teardown_close=teardown == "close",
                           sources=(impl, teardown, style, base),
-                          modules=tuple(sorted(set(sys.modules) - before)),
+                          # its own modules too, when an earlier load had imported them
+                          modules=tuple(sorted((set(sys.modules) - before) | {
+                              fn.__module__ for fn in (register_fn, teardown_fn)
+                              if fn is not None and fn.__module__ in sys.modules})),
                           import_reads=tuple(reads))

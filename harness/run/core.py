@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from kvreg.fakes.doors import scenario_scope
+from kvreg.fakes.doors import retire_scope
 
 from .callsite import CallSites, locate
 from .causes import dedupe
@@ -45,7 +45,7 @@ def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False
     is skipped with the reason when the machine cannot hold it), or a RealCuda-like object
     (tests use stand-ins). Targets without a real backend ignore it.
     """
-    with scenario_scope() as scope:
+    with retire_scope() as scope:
         result = _run(sc, impl, keep_trace=keep_trace, backend=backend,
                       progress=progress or Progress(), timeout=timeout)
         stale = list(scope.stale)

@@ -164,7 +164,7 @@ def import_scope(config: ProcessConfig | None = None) -> Iterator[None]:
     machine for its target, the defaults for the others), so what the code binds at import
     is a door (fakes/doors.py), and what it calls there is answered. What the import made
     through a door belongs to no scenario: it is reported when a scenario uses it."""
-    from kvreg.fakes.doors import scenario_scope
+    from kvreg.fakes.doors import retire_scope
 
     if _IMPORTING:   # inside one already (a worker's, with its configuration): that one holds
         yield
@@ -172,7 +172,7 @@ def import_scope(config: ProcessConfig | None = None) -> Iterator[None]:
     with ExitStack() as stack:
         _IMPORTING.append(True)
         stack.callback(_IMPORTING.pop)
-        stack.enter_context(scenario_scope())
+        stack.enter_context(retire_scope())
         for name, default in DEFAULT_MACHINES.items():
             chosen = config if config is not None and config.target == name else default
             target: Any = get_target(name)

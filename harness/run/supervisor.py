@@ -35,7 +35,7 @@ from .progress import ProgressBlock, describe_calls, read_calls
 from .result import ScenarioResult
 from .sharding import expected_cost
 from .target import ProcessConfig
-from .worker import worker_main
+from .worker import READY, worker_main
 
 if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
@@ -134,6 +134,11 @@ class Supervisor:
         finally:
             gc.unfreeze()
         theirs.close()
+        # wait while it prepares (harness/run/process.py): that time is no scenario's; a
+        # worker that dies meanwhile is seen by its first scenario
+        with suppress(EOFError, OSError):
+            if ours.poll(self.limits.timeout):
+                ours.recv()
         self.started += 1
         worker = _Worker(process, ours, block, config=config)
         self._workers.append(worker)
@@ -186,7 +191,10 @@ class Supervisor:
         if w.conn in ready or w.process.sentinel in ready:
             try:
                 if w.conn.poll():
-                    result, healthy = w.conn.recv()
+                    message = w.conn.recv()
+                    if message == READY:    # prepared later than _start waited: keep waiting
+                        return None
+                    result, healthy = message
                     w.job = None
                     if not healthy:      # its result is in: nothing left to wait for
                         self._retire(w, kill=True)

@@ -34,9 +34,10 @@ from .target import ProcessConfig
 if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
 
-__all__ = ["ended_by", "run_in_process", "worker_main"]
+__all__ = ["READY", "ended_by", "run_in_process", "worker_main"]
 
 _PR_SET_PDEATHSIG = 1
+READY = "kvreg-worker-ready"   # what a worker sends once it can take scenarios
 
 
 def _data_segment() -> int:
@@ -126,6 +127,10 @@ def worker_main(conn: Connection, block: Any, impl: Implementation, backend: Any
     refusal = None
     if config is not None:
         impl, refusal = _prepared(impl, config)
+    try:
+        conn.send(READY)   # the preparation is not the first scenario's time
+    except (OSError, ValueError):
+        return
     while True:
         try:
             sc = conn.recv()

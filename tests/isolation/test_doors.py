@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from kvreg.fakes.cuda.fake_cuda import FakeCuda
-from kvreg.fakes.doors import StaleHandleError, door_target, scenario_scope
+from kvreg.fakes.doors import StaleHandleError, door_target, retire_scope
 from kvreg.fakes.mooncake import FakeMooncake
 from kvreg.fakes.verbs import Fabric
 
@@ -86,7 +86,7 @@ def test_a_door_called_with_no_fake_patched_in_is_reported() -> None:
     with fake.patch():
         cudart = torch.cuda.cudart()
         lib = _declare(ctypes.CDLL("libcudart.so"))
-    with scenario_scope() as scope:
+    with retire_scope() as scope:
         with pytest.raises(StaleHandleError, match="no fake patched in"):
             cudart.cudaHostRegister(0x1000, 4096, 0)
         with pytest.raises(StaleHandleError, match="no fake patched in"):
@@ -97,14 +97,14 @@ def test_a_door_called_with_no_fake_patched_in_is_reported() -> None:
 
 def test_a_retired_fakes_object_is_reported_naming_where_it_is_kept() -> None:
     fake = FakeMooncake(env={})
-    with scenario_scope(), fake.patch():
+    with retire_scope(), fake.patch():
         from mooncake.store import MooncakeDistributedStore
         store = MooncakeDistributedStore()
         assert isinstance(store, MooncakeDistributedStore)
     globals()["_KEPT_STORE"] = store
     try:
-        with FakeMooncake(env={}).patch(), scenario_scope() as scope, \
-                pytest.raises(StaleHandleError, match="earlier scenario"):
+        with FakeMooncake(env={}).patch(), retire_scope() as scope, \
+                pytest.raises(StaleHandleError, match="retired Mooncake deployment"):
             store.setup("h", "P2PHANDSHAKE", 0, 0, "tcp", "", "m:1")
         assert len(scope.stale) == 1
         assert f"{__name__}._KEPT_STORE" in scope.stale[0]
