@@ -88,6 +88,12 @@ def _foreign(filename: str) -> bool:
             or any(b in path for b in _BINDINGS))
 
 
+@functools.cache
+def _runner(filename: str) -> bool:
+    """Whether ``filename`` is kvreg's code that calls the implementation (harness, realhw)."""
+    return os.path.realpath(filename).startswith(_RUNNER)
+
+
 def _innermost(frames: Sequence[tuple[str, int]], prefer: frozenset[str]) -> Site | None:
     """The innermost frame in one of ``prefer``'s files, else the innermost user frame."""
     for filename, line in reversed(frames):
@@ -155,7 +161,7 @@ class CallSites:
         # the innermost user frame inside the implementation: the walk stops at kvreg's
         # runner (harness, realhw), so a call kvreg's own reference makes has no site
         while frame is not None and _foreign(frame.f_code.co_filename):
-            if os.path.realpath(frame.f_code.co_filename).startswith(_RUNNER):
+            if _runner(frame.f_code.co_filename):
                 return
             frame = frame.f_back
         if frame is not None:
