@@ -46,6 +46,7 @@ TEARDOWN_RULES = frozenset({"teardown-raised", "leak"})
 _CALL_NO = re.compile(r"\(call #(\d+)\)")     # messages number calls from 1
 _ROOT = Path(__file__).resolve().parents[2]       # the kvreg package
 _OWN = tuple(str(_ROOT / d) + os.sep for d in ("fakes", "harness", "realhw"))
+_RUNNER = _OWN[1:]                                # kvreg's code that calls the implementation
 _STDLIB = tuple({str(Path(sysconfig.get_paths()[k]).resolve()) + os.sep
                  for k in ("stdlib", "platstdlib")})
 _BINDINGS = (f"{os.sep}torch{os.sep}", f"{os.sep}cuda{os.sep}bindings{os.sep}",
@@ -85,6 +86,12 @@ def _foreign(filename: str) -> bool:
     path = os.path.realpath(filename)
     return (path.startswith(_OWN) or path.startswith(_STDLIB)
             or any(b in path for b in _BINDINGS))
+
+
+@functools.cache
+def _runner(filename: str) -> bool:
+    """Whether ``filename`` is kvreg's code that calls the implementation (harness, realhw)."""
+    return os.path.realpath(filename).startswith(_RUNNER)
 
 
 def _innermost(frames: Sequence[tuple[str, int]], prefer: frozenset[str]) -> Site | None:
@@ -151,7 +158,11 @@ class CallSites:
         n = len(trace)
         if not n:
             return
+        # the innermost user frame inside the implementation: the walk stops at kvreg's
+        # runner (harness, realhw), so a call kvreg's own reference makes has no site
         while frame is not None and _foreign(frame.f_code.co_filename):
+            if _runner(frame.f_code.co_filename):
+                return
             frame = frame.f_back
         if frame is not None:
             entry = trace[n - 1]
