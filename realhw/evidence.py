@@ -6,8 +6,9 @@ Three sources, each read as it is, so a new source shows as new rows without edi
   fidelity --out realhw/reports/<machine>`` writes); a probe counts when it ran on the
   hardware side. None committed means no GPU or RDMA run has happened, and the table says so.
 - conformance suites: test modules that run the fake against a real implementation without
-  hardware (``tests/**/test_conformance_*.py``, ``tests/**/test_real_*.py``, and the named
-  ones below); each row is its first docstring line and its number of tests.
+  hardware (``tests/**/test_conformance_*.py``, ``tests/**/test_real_*.py``, the real-
+  implementation tiers ``tests/*_real/``, and the named ones below); each row is its
+  docstring's first paragraph and its number of tests.
 - documented behaviours: the evidence labels of docs/*.md (``**[verified]**`` ...), counted
   per label; a label not known here gets a row of its own.
 
@@ -77,7 +78,8 @@ def _hardware_rows(root: Path) -> list[tuple[str, str]]:
 
 def _suite_rows(root: Path) -> list[tuple[str, str]]:
     found = set(NAMED_SUITES)
-    for pattern in ("tests/**/test_conformance_*.py", "tests/**/test_real_*.py"):
+    for pattern in ("tests/**/test_conformance_*.py", "tests/**/test_real_*.py",
+                    "tests/*_real/test_*.py"):
         found |= {p.relative_to(root).as_posix() for p in root.glob(pattern)}
     rows = []
     for rel in sorted(found):
@@ -85,7 +87,9 @@ def _suite_rows(root: Path) -> list[tuple[str, str]]:
         if not path.is_file():
             continue
         tree = ast.parse(path.read_text())
-        doc = (ast.get_docstring(tree) or rel).strip().splitlines()[0].rstrip(".")
+        # the docstring's first paragraph, as one line
+        doc = " ".join((ast.get_docstring(tree) or rel).strip().split("\n\n")[0].split())
+        doc = doc.rstrip(".")
         tests = sum(1 for node in ast.walk(tree)
                     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
                     and node.name.startswith("test_"))
