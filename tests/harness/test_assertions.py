@@ -129,7 +129,7 @@ def test_byte_seams_fail_with_kvreg_run_s_own_sentences(monkeypatch, tmp_path) -
 def test_granularity_instead_of_a_geometry(fake, monkeypatch) -> None:
     monkeypatch.setenv("SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB", "1")
     pool = Pool(GEO, byte_seams, GiB)
-    with pytest.raises(PoolRegistrationError, match=r"\[seams-aligned\].*cuts copy page 5461"):
+    with pytest.raises(PoolRegistrationError, match=r"\[seams-aligned\].*copy unit 5461"):
         assert_pool_registered(fake, {"kv_buffer": pool.kv_buffer}, granularity=192 * 1024,
                                chunk_limit=GiB)
     impl_module("byte_offset_seams").teardown(pool.kv_buffer)

@@ -68,7 +68,7 @@ def test_a_cause_without_a_code_still_reports_by_its_message() -> None:
     assert v.message == (
         "register() of kv_buffer raised RuntimeError: register() failed, which does not name "
         "cudaErrorMemoryAllocation (2, out of memory) returned by cudaHostRegister("
-        "kv_buffer+0x100, 256) (call #7): say the failing code, its name or its string")
+        "kv_buffer+0x100, 256) (call #8): say the failing code, its name or its string")
 
 
 def test_the_code_of_a_cause_counts_when_the_outer_has_none() -> None:
@@ -143,7 +143,9 @@ def test_chains_stop_at_cycles_and_at_eight() -> None:
         cur = nxt
     assert len(summarize_exception(cur).chain) == 8
     assert summarize_exception(RuntimeError("  \n")).chain == ("RuntimeError",)
-    assert summarize_exception(RuntimeError("one\ntwo")).first == "RuntimeError: one"
+    # the report keeps the message whole; error-reported judges each message's first line
+    assert summarize_exception(RuntimeError("one\ntwo")).first == "RuntimeError: one two"
+    assert summarize_exception(RuntimeError("one\ntwo")).heads == ("RuntimeError: one",)
 
 
 def test_live_ranges_replay_only_successful_calls() -> None:
@@ -250,7 +252,7 @@ def test_recovered_warning_names_how_many_calls_failed() -> None:
     one = _live((0, 0x80), (0x80, 0x80), failed=[OOM])
     (w,) = recovered_warnings([one])
     assert w.rule == "recovered" and w.seq == 7
-    assert w.message == ("cudaHostRegister(b+0x100, 256) (call #7) returned 2 "
+    assert w.message == ("cudaHostRegister(b+0x100, 256) (call #8) returned 2 "
                          "cudaErrorMemoryAllocation; register() recovered: b ended fully "
                          "registered in 2 registration(s) on aligned seams")
     (w2,) = recovered_warnings([_live((0, 0x100), failed=[OOM, INVALID])])

@@ -96,7 +96,7 @@ CASES = [
     Case("stale_rollback_list", "sglang",
          "mla/unregister_faults/rollback-unregister-fails-then-teardown-twice",
          "unregister-not-a-live-base",
-         ("call #8 unregisters kv_buffer+0x7f998000, which was already released",
+         ("call #9 unregisters kv_buffer+0x7f998000, which was already released",
           "713 cudaErrorHostMemoryNotRegistered"),
          "mla/unregister_faults/rollback-second-unregister-fails"),
     # one 600 GiB call fails forever on R580+; retrying it is stopped by the call budget
