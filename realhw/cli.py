@@ -28,8 +28,10 @@ def _options(p: argparse.ArgumentParser) -> None:
                    help="do not touch real hardware even where it exists")
     p.add_argument("--probe", action="append", default=None, metavar="NAME",
                    help="run only this probe (repeatable); see --list")
-    p.add_argument("--family", choices=["cuda", "rdma"], action="append", default=None,
-                   help="run only this family of probes (repeatable; default both)")
+    p.add_argument("--family", choices=["cuda", "rdma", "mooncake"], action="append",
+                   default=None,
+                   help="run only this family of probes (repeatable; default cuda and rdma; "
+                        "mooncake: the fake store against a real one started on loopback)")
     p.add_argument("--list", action="store_true", help="list the probes and exit")
     p.add_argument("--no-measure", action="store_true",
                    help="skip the registration-throughput measurement")
@@ -81,6 +83,7 @@ def execute(args: argparse.Namespace) -> int:
     from .report import write_report
 
     families = args.family or ["cuda", "rdma"]
+    probe_families = [f for f in families if f != "mooncake"]
     caps = detect(rdma="rdma" in families)
     gpu_missing = caps.missing_reason("gpu")
     if args.require_hw and gpu_missing and not args.fake_only:
@@ -89,7 +92,7 @@ def execute(args: argparse.Namespace) -> int:
     real: Any = None if args.fake_only else AUTO
     try:
         doc = run_fidelity(real_cuda=real, real_verbs=real, names=args.probe,
-                           families=families, capabilities=caps)
+                           families=probe_families, capabilities=caps)
     except ValueError as exc:
         print(f"kvreg fidelity: error: {exc}", file=sys.stderr)
         return 2
@@ -102,6 +105,10 @@ def execute(args: argparse.Namespace) -> int:
         elif args.measure_fake:
             doc["measurement"] = measure(FakeCuda(), unit=MiB, max_units=64,
                                          repeat=args.repeat)
+    if "mooncake" in families and not args.fake_only:
+        from .mooncake_fidelity import run_mooncake_fidelity
+
+        doc["mooncake"] = run_mooncake_fidelity()
     paths = write_report(doc, args.out)
     s = doc["summary"]
     print(f"kvreg fidelity: {s['total']} probes: {s['agree']} agree, {s['disagree']} disagree "
@@ -110,6 +117,11 @@ def execute(args: argparse.Namespace) -> int:
         entry = doc["real"][family]
         if not entry["ran"]:
             print(f"  real {family}: not run: {entry['reason']}")
+    mc = doc.get("mooncake")
+    if mc is not None:
+        print(f"  real mooncake: {mc['calls']} calls compared, {mc['agreeing']} agree, "
+              f"{len(mc['unexplained'])} unexplained" if mc["ran"]
+              else f"  real mooncake: not run: {mc['reason']}")
     if not doc["real"]["cuda"]["ran"] and "cuda" in families and not args.no_measure:
         print("  throughput: not measured: no GPU in this run"
               + (" (ran on the fake as a smoke test only; not a hardware figure)"

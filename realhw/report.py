@@ -18,6 +18,7 @@ from typing import Any
 from kvreg.fakes.cuda.profile import DeviceProfile
 
 from .capabilities import Capabilities, profile_for
+from .mooncake_fidelity import mooncake_markdown
 
 __all__ = ["JSON_NAME", "MD_NAME", "SVG_NAME", "load_report", "profile_from_report",
            "render_markdown", "validate_report", "write_report"]
@@ -190,6 +191,7 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         lines.append(f"| {d['name']} | {d['probe'] or '(no probe)'} | {_cell(d['spec'])} | "
                      f"{_cell(d['reason'])} |")
     lines += ["", *_measurement_md(doc.get("measurement"))]
+    lines += ["", *mooncake_markdown(doc.get("mooncake"))]
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -3,8 +3,10 @@
 It detects the machine, runs every fidelity probe on the fake and on the hardware, measures
 registration throughput on prefaulted memory (1 to 64 GiB, bounded by free memory), and
 writes ``fidelity.json``, ``FIDELITY.md`` and ``throughput.svg`` into DIR, plus
-``capabilities.json``. It takes a few minutes on a machine with 128 GiB of RAM (the
-measurement pins up to 64 GiB about fifteen times); ``--max-gib`` shortens it.
+``capabilities.json``; its Mooncake section holds the fake store against a real one
+(:mod:`.mooncake_fidelity`, no hardware needed). It takes a few minutes on a machine with
+128 GiB of RAM (the measurement pins up to 64 GiB about fifteen times); ``--max-gib``
+shortens it.
 
 Same options as ``kvreg fidelity``; exit codes as there.
 """
@@ -23,6 +25,8 @@ __all__ = ["main"]
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser("python -m kvreg.realhw.run_all").parse_args(argv)
+    if args.family is None:   # the whole tier: the probes and the real Mooncake store
+        args.family = ["cuda", "rdma", "mooncake"]
     if args.list:
         return execute(args)
     from .capabilities import detect
