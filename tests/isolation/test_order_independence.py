@@ -111,6 +111,22 @@ def test_kvreg_run_with_two_workers_gives_the_cached_variant_the_fresh_ones_verd
     assert verdicts(cached) == fresh_verdicts
 
 
+def test_registering_from_threads_with_a_shared_handle_gives_the_sequential_verdicts() -> None:
+    """Chunks registered and released from a thread pool, the cudart module kept in a global
+    they share: whatever order the threads ran in, every verdict is the sequential twin's."""
+    def verdicts(register: str, teardown: str) -> dict[str, tuple[str, list[str]]]:
+        code, report, err = run_json("--impl", str(IMPLS / register), "--teardown",
+                                     str(IMPLS / teardown), "--style", "sglang", "-j", "2",
+                                     "bundled")
+        assert code in (0, 1), err
+        return {r["id"]: (r["verdict"], [v["rule"] for v in r["violations"]])
+                for r in report["scenarios"]}
+
+    sequential = verdicts("caching.py:sglang_fresh", "caching.py:sglang_fresh_teardown")
+    assert sum(v == "pass" for v, _ in sequential.values()) >= 300   # a real catalog ran
+    assert verdicts("threaded.py:register", "threaded.py:teardown") == sequential
+
+
 def test_keeping_an_earlier_scenarios_store_is_an_error_not_a_fail() -> None:
     impl = make_implementation(str(IMPLS / "mooncake_caching.py:keeps_first_store"),
                                str(IMPLS / "mooncake_caching.py:keeps_first_store_teardown"),
