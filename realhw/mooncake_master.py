@@ -1,10 +1,16 @@
-"""A real ``mooncake_master`` on free loopback ports, stopped by its pid whatever happens.
+"""A real ``mooncake_master`` on free ports of the tier's address, stopped by its pid whatever happens.
 
 The ``mooncake-transfer-engine-non-cuda`` wheel ships the master binary (``mooncake/
 mooncake_master``, also the ``mooncake_master`` console script, which ``execv``s it so
 the pid stays the binary's) and the store binding ``mooncake.store``. With
 ``--enable_http_metadata_server`` the master embeds the metadata server a tcp store needs,
 so one process is the whole deployment (docs/mooncake-verbs.md §7).
+
+The real binaries listen on every interface whatever their flags say (the HTTP metadata
+server binds 0.0.0.0), so they start only inside the private network namespace
+:mod:`.mooncake_netns` makes: elsewhere :func:`missing_reason` says so and
+:meth:`MasterProcess.start` refuses them. There the address is the namespace's own
+(:func:`~.mooncake_netns.tier_host`); stand-in binaries elsewhere get 127.0.0.1.
 
 Every wait has a timeout; a master that exits or never listens raises
 :class:`MasterFailed` naming its log; :meth:`MasterProcess.stop` sends SIGTERM, then
@@ -24,6 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+
+from .mooncake_netns import netns_reason, tier_host
 
 __all__ = ["PACKAGE", "ClientProcess", "MasterFailed", "MasterProcess", "find_master", "free_port",
            "missing_reason", "package_version", "port_open"]
@@ -74,20 +82,26 @@ def missing_reason() -> str | None:
         return f"mooncake.store does not import ({exc})"
     if find_master() is None:
         return "the mooncake_master binary is not in the package nor on PATH"
-    return None
+    return netns_reason()
 
 
-def free_port() -> int:
+def _is_real(binary: str) -> bool:
+    """``binary`` is Mooncake's own master or client (not a stand-in)."""
+    real = {find_master(name) for name in ("mooncake_master", "mooncake_client")}
+    return os.path.realpath(binary) in {os.path.realpath(b) for b in real if b}
+
+
+def free_port(host: str = LOOPBACK) -> int:
     """A port no one listens on at this instant (the kernel picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
-def port_open(port: int, timeout: float = 0.2) -> bool:
-    """True when something accepts a TCP connection on the loopback port."""
+def port_open(port: int, timeout: float = 0.2, host: str = LOOPBACK) -> bool:
+    """True when something accepts a TCP connection on ``host``'s port."""
     try:
-        with socket.create_connection((LOOPBACK, port), timeout=timeout):
+        with socket.create_connection((host, port), timeout=timeout):
             return True
     except OSError:
         return False
@@ -98,7 +112,8 @@ class MasterProcess:
     """One master process. ``start()`` returns once both its ports accept connections.
 
     ``lease_ttl_ms`` is the master's ``--default_kv_lease_ttl`` (default 10000): how long
-    a read keeps an object from being removed.
+    a read keeps an object from being removed. ``host`` is the address every port binds
+    (the namespace's private one inside it).
     """
 
     lease_ttl_ms: int | None = None
@@ -111,18 +126,19 @@ class MasterProcess:
     metrics_port: int = 0
     log_path: Path | None = None
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    host: str = field(default_factory=tier_host)
 
     name = "mooncake_master"
 
     @property
     def address(self) -> str:
         """``master_server_addr`` for ``setup``."""
-        return f"{LOOPBACK}:{self.rpc_port}"
+        return f"{self.host}:{self.rpc_port}"
 
     @property
     def metadata_url(self) -> str:
         """``metadata_server`` for ``setup`` (the embedded HTTP metadata server)."""
-        return f"http://{LOOPBACK}:{self.http_port}/metadata"
+        return f"http://{self.host}:{self.http_port}/metadata"
 
     @property
     def pid(self) -> int | None:
@@ -132,23 +148,26 @@ class MasterProcess:
         binary = self.binary or find_master()
         if binary is None:
             raise MasterFailed("the mooncake_master binary is not in the package nor on PATH")
-        args = [binary, f"--rpc_port={self.rpc_port}", f"--rpc_address={LOOPBACK}",
+        args = [binary, f"--rpc_port={self.rpc_port}", f"--rpc_address={self.host}",
                 "--enable_http_metadata_server=true",
-                f"--http_metadata_server_host={LOOPBACK}",
+                f"--http_metadata_server_host={self.host}",
                 f"--http_metadata_server_port={self.http_port}",
-                f"--metrics_host={LOOPBACK}", f"--metrics_port={self.metrics_port}"]
+                f"--metrics_host={self.host}", f"--metrics_port={self.metrics_port}"]
         if self.lease_ttl_ms is not None:
             args.append(f"--default_kv_lease_ttl={int(self.lease_ttl_ms)}")
         return [*args, *self.extra_args]
 
     def start(self, attempts: int = 3) -> MasterProcess:
-        """Start on fresh free ports; retries when a port was taken meanwhile."""
+        """Start on fresh free ports; retries when a port was taken meanwhile. Mooncake's own
+        binary starts only inside the tier's network namespace (MasterFailed elsewhere)."""
         if self.proc is not None:
             raise MasterFailed("this master is already started")
+        if _is_real(self.command()[0]) and netns_reason() is not None:
+            raise MasterFailed(f"{self.name} not started: {netns_reason()}")
         log_dir = self.log_dir or Path(tempfile.mkdtemp(prefix="kvreg-mooncake-"))
         last: MasterFailed | None = None
         for attempt in range(attempts):
-            self.rpc_port, self.http_port, self.metrics_port = _three_ports()
+            self.rpc_port, self.http_port, self.metrics_port = _three_ports(self.host)
             self.log_path = log_dir / f"{self.name}-{self.rpc_port}-{attempt}.log"
             command = self.command()
             with open(self.log_path, "wb") as log:
@@ -173,7 +192,7 @@ class MasterProcess:
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             self.check_alive()
-            if all(port_open(p) for p in self.ready_ports()):
+            if all(port_open(p, host=self.host) for p in self.ready_ports()):
                 return
             time.sleep(0.05)
         raise MasterFailed(f"{self.name} did not listen on "
@@ -227,13 +246,13 @@ class MasterProcess:
         self.stop()
 
 
-def _three_ports() -> tuple[int, int, int]:
+def _three_ports(host: str) -> tuple[int, int, int]:
     """Three distinct free ports (held open together, so the kernel cannot repeat one)."""
     socks = []
     try:
         for _ in range(3):
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((LOOPBACK, 0))
+            s.bind((host, 0))
             socks.append(s)
         a, b, c = (int(s.getsockname()[1]) for s in socks)
         return a, b, c
@@ -257,7 +276,7 @@ class ClientProcess(MasterProcess):
         if binary is None or self.master is None:
             raise MasterFailed("mooncake_client: no binary in the package nor on PATH, or "
                                "no master given")
-        return [binary, f"--port={self.rpc_port}", f"--host={LOOPBACK}",
+        return [binary, f"--port={self.rpc_port}", f"--host={self.host}",
                 f"--master_server_address={self.master.address}",
                 f"--metadata_server={self.master.metadata_url}",
                 f"--global_segment_size={self.global_segment}",

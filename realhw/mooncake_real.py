@@ -1,4 +1,4 @@
-"""Real ``MooncakeDistributedStore`` clients of one real master, set up over tcp on loopback.
+"""Real ``MooncakeDistributedStore`` clients of one real master, set up over tcp on its address.
 
 :class:`RealMooncake` is the real counterpart of :class:`~kvreg.fakes.mooncake.FakeMooncake`
 for what the tier compares: it hands out stores already ``setup()`` against its
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .mooncake_master import LOOPBACK, MasterProcess, free_port
+from .mooncake_master import MasterProcess, free_port
 
 __all__ = ["MiB", "RealMooncake", "SetupFailed", "setup_args"]
 
@@ -27,8 +27,9 @@ class SetupFailed(RuntimeError):
 
 def setup_args(master: MasterProcess, global_segment: int, local_buffer: int,
                hostname: str | None = None) -> tuple[Any, ...]:
-    """The positional ``setup`` arguments of a tcp client of ``master``."""
-    host = hostname or f"{LOOPBACK}:{free_port()}"
+    """The positional ``setup`` arguments of a tcp client of ``master`` (its segment named by
+    the master's address and a free port)."""
+    host = hostname or f"{master.host}:{free_port(master.host)}"
     return (host, master.metadata_url, int(global_segment), int(local_buffer), "tcp", "",
             master.address)
 

@@ -1,8 +1,12 @@
-"""The ``mooncake-real`` tier: a real ``mooncake_master`` and real store clients on loopback.
+"""The ``mooncake-real`` tier: a real ``mooncake_master`` and real store clients, in a private
+network namespace.
 
-Every test module here sets ``pytestmark = pytest.mark.kvreg_mooncake_real``. Without the
-Mooncake wheel (or with a library it links missing) the tests skip and say what to install;
-``--kvreg-require-hw`` turns that skip into a failure, as for the GPU and RDMA tiers. A
+Every test module here sets ``pytestmark = pytest.mark.kvreg_mooncake_real``. The real
+processes listen on every interface, so the tier runs only inside the network namespace
+``bash .ci/mooncake-real PYTHON test`` makes (realhw/mooncake_netns.py): collected anywhere
+else (the main suite) the tests skip and name the launcher, and nothing real starts. Without
+the Mooncake wheel (or with a library it links missing) they skip and say what to install;
+``--kvreg-require-hw`` turns either skip into a failure, as for the GPU and RDMA tiers. A
 master that does not start is a failure naming its log. The masters are stopped by pid at
 the end of the module (also on a failed test or Ctrl-C: the fixture's ``finally``), and a
 failed test gets the master's log in its report.
@@ -16,7 +20,9 @@ from typing import Any
 
 import pytest
 
-from kvreg.realhw.mooncake_master import MasterProcess, missing_reason
+from kvreg.realhw.mooncake_master import MasterProcess
+from kvreg.realhw.mooncake_master import missing_reason as _wheel_reason
+from kvreg.realhw.mooncake_netns import netns_reason
 
 MARKER = "kvreg_mooncake_real"
 # the master's --default_kv_lease_ttl for the differential suite: long enough that no lease
@@ -24,6 +30,17 @@ MARKER = "kvreg_mooncake_real"
 LONG_LEASE_MS = 600_000
 _MASTERS: list[MasterProcess] = []        # the module fixtures' masters
 _TEST_MASTERS: list[MasterProcess] = []   # masters a test started itself
+
+
+def missing_reason() -> str | None:
+    """What is missing to run the real store (the wheel, a library it links, the binary)."""
+    return _wheel_reason()
+
+
+def tier_reason() -> str | None:
+    """Why the tier does not run here: outside the launcher's namespace nothing real may
+    start, whatever is installed; inside it, what is missing."""
+    return netns_reason() or missing_reason()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -35,7 +52,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     _TEST_MASTERS.clear()
     if item.get_closest_marker(MARKER) is None:
         return
-    missing = missing_reason()
+    missing = tier_reason()
     if missing:
         if item.config.getoption("--kvreg-require-hw"):
             # as for kvreg_gpu: the kvreg plugin fails it in the call phase (a failed test,
@@ -67,8 +84,8 @@ def start_master(tmp: Path, **kwargs: Any) -> MasterProcess:
 @pytest.fixture(scope="module")
 def master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MasterProcess | None]:
     """One real master (long leases) for the module, stopped by pid whatever happens
-    (None without the wheel: the test then fails under --kvreg-require-hw)."""
-    if missing_reason():
+    (None without the wheel or the namespace: the test then fails under --kvreg-require-hw)."""
+    if tier_reason():
         yield None
         return
     m = MasterProcess(log_dir=tmp_path_factory.mktemp("mooncake"), lease_ttl_ms=LONG_LEASE_MS)

@@ -1,4 +1,4 @@
-"""The real master: it starts on free loopback ports, serves stores, and leaves nothing.
+"""The real master: it starts on free ports, serves stores, and leaves nothing behind.
 
 Proves with the real binary what tests/realhw/test_mooncake_master.py proves with stand-ins:
 after ``stop()`` the pid is gone and its ports can be bound again; a master killed under a
@@ -30,13 +30,13 @@ def _gone(pid: int) -> bool:
     return False
 
 
-def _bindable(port: int) -> bool:
+def _bindable(port: int, host: str) -> bool:
     """Nothing listens there: a new listener can take the port (SO_REUSEADDR lets it past
     the TIME_WAIT connections a stopped server leaves, never past a live listener)."""
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind(("127.0.0.1", port))
+            s.bind((host, port))
             s.listen()
         except OSError:
             return False
@@ -59,7 +59,7 @@ def test_no_process_or_port_is_left_behind(tmp_path: Path) -> None:
     assert pid is not None and _gone(pid)
     assert code == 0                         # SIGTERM: the master exits cleanly
     for port in (m.rpc_port, m.http_port, m.metrics_port):
-        assert _bindable(port), port
+        assert _bindable(port, m.host), port
 
 
 def test_a_master_that_dies_under_a_store_is_reported_with_its_log(tmp_path: Path) -> None:
