@@ -1,4 +1,4 @@
-"""A private network namespace for the ``mooncake-real`` tier: its real processes reach nothing else.
+"""A private network namespace for the ``mooncake-real`` tier: its processes reach nothing else.
 
 Mooncake 0.3.13.post1 listens on wildcard addresses whatever it is told: the master's HTTP
 metadata server binds 0.0.0.0 despite ``--http_metadata_server_host``, the engine's RPC socket
@@ -24,11 +24,13 @@ hygiene test holds the real master and stores to.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import ipaddress
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -169,7 +171,9 @@ def tier_host() -> str:
 
 @dataclass(frozen=True)
 class Sock:
-    """One socket of a process: ``proto`` tcp/tcp6/udp/udp6/raw/raw6/unix/netlink/unknown."""
+    """One socket of a process: ``proto`` tcp/tcp6/udp/udp6/raw/raw6 (with addresses; state
+    ``BOUND`` for one bound but neither listening nor connected), unix, netlink, packet,
+    ``unbound`` (an IP socket with no address yet: it carries no traffic) or ``unknown``."""
 
     pid: int
     inode: int
@@ -225,16 +229,49 @@ def _inode_column(text: str, column: int) -> set[int]:
     return out
 
 
+_SYS_PIDFD_GETFD = 438      # x86_64 and aarch64 (Linux 5.6)
+_KINDS = {socket.SOCK_STREAM: "tcp", socket.SOCK_DGRAM: "udp", socket.SOCK_RAW: "raw"}
+
+
+def _unlisted(pid: int, inode: int, fd: int) -> Sock:
+    """A socket on no /proc/net table: an IP socket bound but not listening (the engine keeps
+    its RPC port so) or not bound at all. Its name is read through a copy of the descriptor
+    (pidfd_getfd(2)); anything else, or a copy refused, is ``unknown``."""
+    unknown = Sock(pid, inode, "unknown")
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return unknown
+    try:
+        copy = int(ctypes.CDLL(None, use_errno=True).syscall(_SYS_PIDFD_GETFD, pidfd, fd, 0))
+        if copy < 0:
+            return unknown
+        with socket.socket(fileno=copy) as sock:
+            if sock.family not in (socket.AF_INET, socket.AF_INET6) or \
+                    sock.type not in _KINDS:
+                return unknown
+            host, port = sock.getsockname()[:2]
+            if ipaddress.ip_address(host).is_unspecified and port == 0:
+                return Sock(pid, inode, "unbound")
+            proto = _KINDS[sock.type] + ("6" if sock.family == socket.AF_INET6 else "")
+            unspecified = "0.0.0.0" if sock.family == socket.AF_INET else "::"
+            return Sock(pid, inode, proto, host, port, unspecified, 0, "BOUND")
+    except OSError:
+        return unknown
+    finally:
+        os.close(pidfd)
+
+
 def process_sockets(pid: int) -> list[Sock]:
     """Every socket ``pid`` holds, with its addresses (read from /proc; no psutil)."""
-    inodes = []
+    inodes: dict[int, int] = {}
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
             continue
         if target.startswith("socket:["):
-            inodes.append(int(target[8:-1]))
+            inodes.setdefault(int(target[8:-1]), int(fd))
     tables: dict[str, dict[int, tuple[str, int, str, int, str]]] = {}
     for proto in ("tcp", "tcp6", "udp", "udp6", "raw", "raw6"):
         try:
@@ -243,7 +280,7 @@ def process_sockets(pid: int) -> list[Sock]:
         except OSError:
             tables[proto] = {}
     other: dict[str, set[int]] = {}
-    for proto, column in (("unix", 6), ("netlink", 9)):
+    for proto, column in (("unix", 6), ("netlink", 9), ("packet", 8)):
         try:
             with open(f"/proc/{pid}/net/{proto}") as f:
                 other[proto] = _inode_column(f.read(), column)
@@ -256,24 +293,25 @@ def process_sockets(pid: int) -> list[Sock]:
                 socks.append(Sock(pid, inode, proto, *table[inode]))
                 break
         else:
-            kind = next((p for p, known in other.items() if inode in known), "unknown")
-            socks.append(Sock(pid, inode, kind))
+            kind = next((p for p, known in other.items() if inode in known), None)
+            socks.append(Sock(pid, inode, kind) if kind else _unlisted(pid, inode, inodes[inode]))
     return socks
 
 
 def foreign_sockets(socks: Iterable[Sock], allowed: Iterable[str], *,
                     wildcard_ok: bool) -> list[str]:
     """Each socket that binds or talks to an address outside ``allowed`` (loopback always
-    allowed), or that is of a kind this reader cannot place (a packet socket, say).
+    allowed), a packet socket (below addresses), or one this reader cannot place.
     A wildcard bind passes only with ``wildcard_ok``: where every interface address of the
     namespace is itself allowed."""
     ok = set(allowed)
     bad = []
     for s in socks:
-        if s.proto in ("unix", "netlink"):
+        if s.proto in ("unix", "netlink", "unbound"):
             continue
-        if s.proto == "unknown":
-            bad.append(f"{s}: not a tcp/udp/raw, unix or netlink socket")
+        if s.proto in ("packet", "unknown"):
+            bad.append(f"{s}: a {s.proto} socket" if s.proto == "packet" else
+                       f"{s}: not an IP, unix, netlink or packet socket")
             continue
         for role, address in (("bound to", s.local), ("connected to", s.remote)):
             ip = ipaddress.ip_address(address)

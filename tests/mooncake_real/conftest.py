@@ -34,7 +34,8 @@ _TEST_MASTERS: list[MasterProcess] = []   # masters a test started itself
 
 def missing_reason() -> str | None:
     """What is missing to run the real store (the wheel, a library it links, the binary)."""
-    return _wheel_reason()
+    reason: str | None = _wheel_reason()
+    return reason
 
 
 def tier_reason() -> str | None:
