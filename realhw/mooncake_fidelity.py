@@ -1,11 +1,13 @@
 """The fidelity report's Mooncake section: the fake store against the real one, on this machine.
 
 ``kvreg fidelity --family mooncake`` (and ``python -m kvreg.realhw.run_all``, which includes
-it) starts a real ``mooncake_master`` on free loopback ports, runs the differential suite's
-seeded call sequences (:mod:`.mooncake_diff`) on a real store over tcp and on the fake's
+it) starts a real ``mooncake_master``, runs the differential suite's seeded call
+sequences (:mod:`.mooncake_diff`) on a real store over tcp and on the fake's
 ``v0.3.13`` profile, and reports the counts: calls compared, agreeing, named divergences,
 unexplained ones. No GPU or RDMA device is needed; without the wheel the section says what
-is missing. The master is stopped by its pid whatever happens.
+is missing, and outside the tier's network namespace (run it as ``python -m
+kvreg.realhw.mooncake_netns -- kvreg fidelity --family mooncake``) it says that instead
+(:func:`.mooncake_master.missing_reason`). The master is stopped by its pid whatever happens.
 """
 
 from __future__ import annotations
@@ -58,9 +60,10 @@ def mooncake_markdown(entry: dict[str, Any] | None) -> list[str]:
     if not entry["ran"]:
         return [*lines, f"Not run: {entry['reason']}."]
     named = ", ".join(f"{k} {v}" for k, v in entry["named"].items()) or "none"
-    lines += [f"`mooncake-transfer-engine-non-cuda` {entry['version']} over tcp on loopback, "
-              f"against the fake's `{entry['profile']}` profile: {entry['seeds']} seeded "
-              f"sequences of {entry['length']} calls (docs/mooncake-verbs.md §7).", "",
+    lines += [f"`mooncake-transfer-engine-non-cuda` {entry['version']} over tcp in a private "
+              f"network namespace, against the fake's `{entry['profile']}` profile: "
+              f"{entry['seeds']} seeded sequences of {entry['length']} calls "
+              "(docs/mooncake-verbs.md §7).", "",
               f"**{entry['calls']} calls compared: {entry['agreeing']} agree; named "
               f"divergences: {named}; {len(entry['unexplained'])} unexplained.**"]
     lines += [f"- unexplained: {u}" for u in entry["unexplained"]]

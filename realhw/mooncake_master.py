@@ -1,4 +1,4 @@
-"""A real ``mooncake_master`` on free ports of the tier's address, stopped by its pid whatever happens.
+"""A real ``mooncake_master`` on free ports of the tier's address, stopped by its pid.
 
 The ``mooncake-transfer-engine-non-cuda`` wheel ships the master binary (``mooncake/
 mooncake_master``, also the ``mooncake_master`` console script, which ``execv``s it so
