@@ -247,11 +247,12 @@ class CudaTarget:
             if fake is None:
                 raise SkipScenario(str(why_not))
             buffers = (empty_buffers(fake.space, specs) if sc.empty
-                       else allocate_pinnable(geometry, fake))
+                       else allocate_pinnable(geometry, fake, sc.base_offset))
         else:
             fake = FakeCuda(profile_with_options(sc.profile, dict(sc.profile_options)))
             buffers = (empty_buffers(fake.space, specs) if sc.empty
-                       else allocate(geometry, fake.space, real=sc.memory == "real"))
+                       else allocate(geometry, fake.space, real=sc.memory == "real",
+                                     base_offset=sc.base_offset))
         for spec_dict in sc.faults:
             fake.faults.arm_from_dict(spec_dict)
         budget = CallBudgetExceeded(f"call budget of {sc.call_budget} runtime calls spent")
