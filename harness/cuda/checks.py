@@ -84,6 +84,11 @@ def _where(record: RunRecord, ptr: int) -> str:
     for b in record.buffers:
         if ptr == b.base + b.spec.nbytes:   # one past the end (e.g. an empty trailing chunk)
             return f"{b.spec.name}+{ptr - b.base:#x} (the end of {b.spec.name})"
+    for b in record.buffers:   # a base rounded down to an alignment the tensor does not have
+        if b.base - (2 << 20) <= ptr < b.base:
+            odd = f", whose base {b.base:#x} is not 2 MiB-aligned" if b.base % (2 << 20) else ""
+            gap = b.base - ptr
+            return f"{b.spec.name}-{gap:#x} ({gap} bytes before {b.spec.name}{odd})"
     return f"{ptr:#x} (outside every pool buffer)"
 
 
