@@ -188,8 +188,12 @@ def check_run(r: RunRecord) -> list[Violation]:
                                      f"rejected the granularity with {_exc(b.error)}; expected "
                                      "ValueError", b.seq_end))
     # expect == "register-error": the failure paths are judged by the rules below; when the
-    # scenario's fault never fires (fewer calls than it assumed), success is expected instead
-    if r.expect == "register-error" and not failed_codes and r.budget_hit is None:
+    # scenario's fault never fires (fewer calls than it assumed, or code that never makes the
+    # query it targets), success is expected instead; a fault that fired on a query verifying
+    # a chunk (cudaHostGetDevicePointer, ...) is the scenario's register error too
+    fired = failed_codes or [e for e in r.trace if e.injected and e.code
+                             and e.seq < register_phase_end and e.api not in UNREGISTER_APIS]
+    if r.expect == "register-error" and not fired and r.budget_hit is None:
         for b in r.buffers:
             if b.error is not None:
                 out.append(Violation("unexpected-error", _explain_error(r, b), b.seq_end))
