@@ -162,3 +162,28 @@ def test_the_broken_twin_passes_at_2mib_aligned_bases(sid: str) -> None:
         "generic")
     result = run_scenario(sc, broken)
     assert result.verdict == "pass", result.violations
+
+
+def test_real_hardware_buffers_take_the_offset_too() -> None:
+    """``allocate_pinnable`` (the real-hardware tier) starts each tensor ``base_offset`` bytes
+    into the page-aligned memory it is given, as torch's own tensor would be."""
+    import numpy as np
+
+    from kvreg.harness.cuda.buffers import allocate_pinnable
+    from kvreg.harness.pools import make_geometry
+
+    class Backend:
+        def __init__(self) -> None:
+            self.raw: list[np.ndarray] = []
+
+        def buffer(self, nbytes: int, *, name: str = "") -> np.ndarray:
+            self.raw.append(np.zeros(nbytes, np.uint8))
+            return self.raw[-1]
+
+    geometry = make_geometry("mla", layout="page_first", layer_num=2, kv_lora_rank=64,
+                             qk_rope_head_dim=32, dtype="bfloat16", page_size=4, page_num=4)
+    backend = Backend()
+    (t,) = allocate_pinnable(geometry, backend, TORCH_BASE_OFFSET)
+    (raw,) = backend.raw
+    assert t.data_ptr() == raw.ctypes.data + TORCH_BASE_OFFSET
+    assert t.nbytes == geometry.buffers()[0].nbytes == raw.nbytes - TORCH_BASE_OFFSET
