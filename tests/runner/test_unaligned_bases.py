@@ -27,6 +27,7 @@ HUGE = 2 << 20
 PAGE = 4096
 POOL_FILES = ("mha/unaligned_bases", "mha/unaligned_bases_k_only",
               "mha/unaligned_bases_asymmetric", "mha/unaligned_bases_thp",
+              "mha/unaligned_bases_group",
               "mla/unaligned_bases", "dsa/unaligned_bases", "mamba/unaligned_bases",
               "deepseek_v4/unaligned_bases_paged", "deepseek_v4/unaligned_bases_state")
 
@@ -126,7 +127,7 @@ def test_every_pool_type_has_unaligned_scenarios() -> None:
         assert scenarios and all(s.base_offset % HUGE for s in scenarios), name
         types |= {s.pool_type for s in scenarios}
     assert types == {"mha", "mha_k_only", "mha_asymmetric", "mla", "dsa_indexer", "mamba",
-                     "deepseek_v4_paged", "deepseek_v4_state"}
+                     "deepseek_v4_paged", "deepseek_v4_state", "group"}
 
 
 @pytest.mark.parametrize("name", POOL_FILES)
