@@ -1,11 +1,14 @@
 """The rules a Mooncake scenario is judged by: each broken rule is a sentence.
 
 The same rules as the CUDA target's (harness/cuda/checks.py), read from the fake fabric's trace of
-``register_buffer`` / ``unregister_buffer`` calls: every MR inside its buffer and no larger
-than the effective limit (docs/mooncake-verbs.md §1.6), failures raised and rolled back, every
-page stored and read back (§1.7), every MR released exactly once by its exact base (§1.5
-step 5), nothing left registered. Messages name the buffer and offset, the call and the
-ErrorCode, so a user can act on the first one.
+``register_buffer`` / ``unregister_buffer`` calls: every MR inside its buffer, failures raised
+and rolled back, every page stored and read back (§1.7), every MR released exactly once by its
+exact base (§1.5 step 5), nothing left registered. A call above the effective MR limit
+(docs/mooncake-verbs.md §1.6) is judged by what came of it, as on the real store: released
+Mooncake refuses it with -600 and registers nothing, so it is a fault only where register()
+stopped there (``mr-over-limit``); a store that accepts it leaves the transfers to judge.
+Messages name the buffer and offset, the call and the ErrorCode, so a user can act on the
+first one.
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ class McRecord:
     pinning: str = "required"           # "optional": registering nothing also passes
     seams_matter: bool = True           # False where the store splits slices at MR seams
     # the transfer engine cuts a registration above max_mr_size into MRs itself (HEAD #2644,
-    # docs/mooncake-verbs.md §1.6): one call above the limit is then no fault
+    # docs/mooncake-verbs.md §1.6); informational: the transfers judge an accepted call
     engine_splits_mrs: bool = False
 
 
@@ -118,8 +121,8 @@ def check_mooncake_run(r: McRecord) -> list[Violation]:
     if r.budget_hit is not None:
         out.append(Violation("call-budget", f"stopped after {r.budget_hit} store calls: the "
                              "implementation loops or never finishes", 0))
-    _check_calls(r, regs, out)
     ends = buffer_ends(r)
+    _check_calls(r, regs, out, ends)
     swallowed = _check_failures(r, regs, out, ends)
     out += check_registered(ends, r.pinning, skip=swallowed)
     if r.seams_matter:
@@ -140,8 +143,10 @@ def check_mooncake_run(r: McRecord) -> list[Violation]:
     return out
 
 
-def _check_calls(r: McRecord, regs: list[TraceEntry], out: list[Violation]) -> None:
-    """Every register_buffer: non-empty, inside one pool buffer, within the MR limit."""
+def _check_calls(r: McRecord, regs: list[TraceEntry], out: list[Violation],
+                 ends: list[BufferEnd]) -> None:
+    """Every register_buffer: non-empty, inside one pool buffer; above the MR limit only
+    where the store refused it and register() stopped there (:func:`_gave_up_over_limit`)."""
     for e in regs:
         node, ptr, size = _node(e), int(e.args[0]), int(e.args[1])
         call = f"call #{e.seq + 1} register_buffer({_where(r, node, ptr)}, {size})"
@@ -152,16 +157,52 @@ def _check_calls(r: McRecord, regs: list[TraceEntry], out: list[Violation]) -> N
         if _owner(r, node, ptr, size) is None:
             out.append(Violation("range-outside-buffer", f"{call} is not inside one pool "
                                  "buffer", e.seq))
-        elif size > r.limit and (r.store_limited or not r.engine_splits_mrs):
+        elif size > r.limit and (outcome := _gave_up_over_limit(r, regs, e, ends)):
             tail = (": released Mooncake rejects it with -600 INVALID_PARAMS and registers "
-                    "nothing (§1.6)" if r.store_limited and e.code == INVALID else "")
+                    "nothing (§1.6)" if e.code == INVALID and not e.injected else "")
             out.append(Violation("mr-over-limit", f"{call} asks for one MR of {size} bytes, "
                                  f"above the effective MR limit {r.limit} (MC_MAX_MR_SIZE or "
-                                 f"1 TiB, lowered to every device's max_mr_size){tail}", e.seq))
+                                 f"1 TiB, lowered to every device's max_mr_size){tail}; "
+                                 f"{outcome}", e.seq))
+
+
+def _gave_up_over_limit(r: McRecord, regs: list[TraceEntry], e: TraceEntry,
+                        ends: list[BufferEnd]) -> str:
+    """What register() made of an over-limit call ``e``, when that is the fault ("" when
+    it is not), judged by what came of the call.
+
+    A store that checks the limit (released, §1.5 step 1, §1.6) refuses the call and
+    registers nothing: trying the whole buffer and falling back to MR-sized chunks on -600
+    is correct, and so is any later failure's rollback; the call is the fault only when it
+    is the last failure of its buffer's register() and that buffer did not end registered
+    (register() raised it, or returned with the buffer not covered). A store that does not
+    check accepted the MR (HEAD splits it into MRs, §1.6): the transfers judge it.
+    """
+    if not r.store_limited or not e.code:
+        return ""
+    b = next((b for b in r.buffers if b.seq_start <= e.seq < b.seq_end
+              and b.pool.node == _node(e)), None)
+    if b is None:
+        return "it was made outside register()"
+    if _failing(r, regs, b)[-1] is not e:
+        return ""           # a later call failed: register() is judged by that failure
+    if b.error is not None:
+        return (f"register() of {b.pool.label} gave up there and raised "
+                "(register MR-sized chunks instead, or after the refusal)")
+    end = next(x for x in ends if x.label == b.pool.label and x.base == b.pool.base)
+    if fully_registered(end) or _fell_back(r, ends):
+        return ""           # the refusal registered nothing and register() recovered
+    return (f"register() of {b.pool.label} returned with the refused bytes unregistered "
+            "(register MR-sized chunks instead, or after the refusal)")
 
 
 def _failing(r: McRecord, regs: list[TraceEntry], b: McBuffer) -> list[TraceEntry]:
-    return [e for e in regs if e.code and b.seq_start <= e.seq < b.seq_end]
+    """The failed register_buffer calls of ``b``'s register(), but an over-limit refusal a
+    later call went past: the store registered nothing for it (the whole buffer tried first,
+    §1.6), so what register() did afterwards is the failure to name."""
+    failed = [e for e in regs if e.code and b.seq_start <= e.seq < b.seq_end]
+    return [e for i, e in enumerate(failed) if i == len(failed) - 1
+            or not (r.store_limited and int(e.args[1]) > r.limit)]
 
 
 def _explain(r: McRecord, regs: list[TraceEntry], b: McBuffer) -> str:

@@ -217,14 +217,18 @@ def plan_io(geometry: PoolGeometry, pages: Sequence[int] | Int64s, *, io: str = 
 
 def mr_ranges(fake: FakeMooncake, node: str) -> list[MrRange]:
     """(start, end, MR on the first device) of every published buffer of the node's stores:
-    the units a slice or an SGE must stay inside (§1.5, §1.7)."""
+    the units a slice or an SGE must stay inside (§1.5, §1.7). A buffer whose MRs are
+    shorter than it (a released engine shrinks an MR above max_mr_size while publishing the
+    whole buffer, §1.6: reached where the store does not check the limit) ends where its
+    longest MR ends: a slice past that lies in no MR and fails."""
     out: list[MrRange] = []
     for store in fake.stores:
         client = store.client
         if client is None or client.te.node.name != node:
             continue
         for reg in client.te.registrations():
-            out += [(d.addr, d.end, d.mrs[0] if d.mrs else None) for d in reg.chunks]
+            out += [(d.addr, min(d.end, max(m.end for m in d.mrs)) if d.mrs else d.end,
+                     d.mrs[0] if d.mrs else None) for d in reg.chunks]
     return sorted(out, key=lambda r: r[0])
 
 
