@@ -267,17 +267,17 @@ def _exercise(run: _Run, sc: Scenario, opts: MooncakeOptions,
     nodes = opts.nodes
     real = sc.memory == "real"
     pools = [run.pools[n] for n in nodes]
-    ranges = [mr_ranges(run.fake, n) for n in nodes]
+    ranges = [mr_ranges(run.fake, n) for n in nodes]     # once: a pool may have many MRs
     selection = select_pages(run.geometry, pools, ranges, real=real)
     pages = selection.pages
     batches = plan_io(run.geometry, pages, io=opts.io, merged=opts.merged)
     _, failure = store_round_trip(run.fake, run.stores[nodes[0]], nodes[0], run.geometry,
-                                  run.pools[nodes[0]], batches)
+                                  run.pools[nodes[0]], batches, ranges[0])
     if failure is not None:
         record.io_failures.append(failure)
-    if opts.pd:
+    if opts.pd:   # nodes are (decode, prefill)
         _, failure = pd_transfer(run.fake, run.geometry, run.pools["prefill"],
-                                 run.pools["decode"], pages)
+                                 run.pools["decode"], pages, (ranges[1], ranges[0]))
         if failure is not None:
             record.io_failures.append(failure)
     return selection.as_dict()
