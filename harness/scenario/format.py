@@ -79,7 +79,7 @@ class Scenario:
     profile_options: Mapping[str, Any] = field(default_factory=dict)
     # SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB as the scenario sets it: () follows chunk_limit
     # (whole GiB, else unset); (value,) is that value, None for unset (chunk_gb = 0, "" or
-    # "unset": docs/pools.md §1.1)
+    # "unset": docs/pools.md §1)
     chunk_var: tuple[str | None, ...] = ()
 
     def geometry(self) -> PoolGeometry:
