@@ -117,4 +117,4 @@ def test_kvreg_run_sets_unset_empty_and_zero_in_the_worker(kvreg_json: Any) -> N
                                  f"{IMPLS / 'chunk_env_readers.py'}:register_unparsed")
     failed = {sid.rsplit("/", 1)[1] for sid, s in by_id.items() if s["verdict"] == "fail"}
     assert rc == 1 and failed == {"empty-default-256gib", "zero-floors-to-1gib",
-                                  "zero-fail-middle-chunk"}
+                                  "zero-second-chunk-fails"}
