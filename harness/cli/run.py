@@ -27,6 +27,7 @@ from kvreg.harness.run.adapters import (
 )
 from kvreg.harness.run.catalog import restore_sigint, run_catalog, write_atomic
 from kvreg.harness.run.causes import causes, hints, render_causes
+from kvreg.harness.run.endstate import undrainable
 from kvreg.harness.run.limits import (
     DEFAULT_MEMORY,
     DEFAULT_TIMEOUT_S,
@@ -146,8 +147,10 @@ def _run_all(scenarios: list[Scenario], impl: Implementation, jobs: int,
 
 
 def _table(results: Sequence[ScenarioResult], out: TextIO, show_trace: bool,
-           notes: Sequence[str] = ()) -> None:
-    """The causes block and the hints first (what to fix), then one line per scenario."""
+           notes: Sequence[str] = (), contract: str = "") -> None:
+    """The causes block and the hints first (what to fix), then one line per scenario, the
+    contract the implementation was judged by and the counts. A warning the same for every
+    implementation (an error torch's binding cannot drain) is one hint, not a line each."""
     block = render_causes(causes(results))
     for line in block:
         out.write(line + "\n")
@@ -165,6 +168,8 @@ def _table(results: Sequence[ScenarioResult], out: TextIO, show_trace: bool,
                 line += f" (x{first.count})"
         out.write(line + "\n")
         for w in r.warnings:
+            if undrainable(w):
+                continue
             out.write(f"    warning [{w.rule}] {w.message}"
                       + (f" (x{w.count})" if w.count > 1 else "") + "\n")
         if show_trace and r.verdict == "fail" and r.trace_text:
@@ -172,6 +177,8 @@ def _table(results: Sequence[ScenarioResult], out: TextIO, show_trace: bool,
         if r.verdict == INTERNAL_ERROR and r.tb:
             out.write("    " + r.tb.replace("\n", "\n    ") + "\n")
     s = summary(results)
+    if contract:
+        out.write(f"\n{contract}")
     inside = s.get("internal_errors", 0)
     out.write(f"\n{s['passed']} passed, {s['failed']} failed"
               + (f", {s['errors']} errors" if s["errors"] else "")
@@ -213,13 +220,14 @@ def run_run(args: argparse.Namespace) -> int:
                                     args.in_process)
     counts = summary(results)
     advice = hints(results, pinning=args.pinning, style=impl.style)
-    doc = {"summary": counts, "causes": [c.as_dict() for c in causes(results)],
+    doc = {"summary": counts, "contract": impl.contract.as_dict(),
+           "causes": [c.as_dict() for c in causes(results)],
            "hints": advice, "scenarios": [r.as_dict() for r in results]}
     try:
         if args.json == "-":
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         else:
-            _table(results, sys.stdout, args.trace, advice)
+            _table(results, sys.stdout, args.trace, advice, impl.contract.text())
             if args.json:
                 write_atomic(Path(args.json), json.dumps(doc, indent=2) + "\n")
         sys.stdout.flush()
