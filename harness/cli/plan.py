@@ -24,6 +24,7 @@ from kvreg.harness.pools.families import extent_at
 from kvreg.harness.scenario.size_limits import size_problem
 
 from .checks import UsageError, check_output_path, positive_int
+from .pipes import reader_safe
 
 GiB = 1 << 30
 CEILING_R580 = 512 * GiB
@@ -138,7 +139,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     ceiling = None if mr or args.ceiling_gb <= 0 else args.ceiling_gb * GiB
     what = "effective MR limit" if mr else "chunk limit"
-    out = sys.stderr if args.json == "-" else sys.stdout    # stdout holds only the JSON then
+    # stdout holds only the JSON with --json -; a reader that leaves early (| head) does not
+    # stop the --json and --svg files below from being written
+    stdout = reader_safe()
+    out = sys.stderr if args.json == "-" else stdout
     print(f"{geometry.pool_type} {geometry.layout}: {len(geometry.buffers())} buffer(s), "
           f"{geometry.total_nbytes} bytes, {geometry.page_count} pages; {what} {limit}"
           + (f" ({size_text(limit)})" if limit >= 1 << 10 else ""), file=out)
@@ -163,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
                            over_limit=p.over_limit()) for p in plans]}
         text = json.dumps(doc, indent=2)
         if args.json == "-":
-            print(text)
+            stdout.write(text + "\n")
         else:
             with open(args.json, "w") as fh:
                 fh.write(text + "\n")
@@ -172,4 +176,5 @@ def run(args: argparse.Namespace) -> int:
 
         with open(args.svg, "w") as fh:
             fh.write(render_svg(plans, mr=mr))
+    stdout.flush()
     return 0
