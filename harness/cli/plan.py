@@ -23,7 +23,7 @@ from kvreg.harness.pools import POOL_TYPES, GeometryError, make_geometry
 from kvreg.harness.pools.families import extent_at
 from kvreg.harness.scenario.size_limits import size_problem
 
-from .checks import UsageError, check_output_path, positive_int
+from .checks import UsageError, check_output_path, plain, positive_int
 from .pipes import reader_safe
 
 GiB = 1 << 30
@@ -33,7 +33,8 @@ CEILING_R580 = 512 * GiB
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("plan", help="plan the chunked registration of a pool described on the "
                                     "command line (no registration happens)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=plain(__doc__ or ""),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("pool_type", choices=sorted(POOL_TYPES), help="pool type")
     p.add_argument("params", nargs="*", metavar="KEY=VALUE",
                    help="geometry parameters, e.g. layout=page_first layer_num=61 "
