@@ -98,7 +98,7 @@ def _many_buffers() -> object:
 
 def test_many_buffers_stay_in_their_panels_and_rows() -> None:
     g = _many_buffers()
-    plans = [plan_pool(g, GiB, a) for a in ALGORITHMS]   # type: ignore[arg-type]
+    plans = [plan_pool(g, GiB, a) for a in ALGORITHMS]
     assert len(plans[0].buffers) == 5
     assert layout_problems(render_svg(plans), len(plans)) == []
 
@@ -108,7 +108,7 @@ def test_mr_mode_notes_do_not_reach_the_next_buffer() -> None:
     bar used to run into the next buffer's heading."""
     g = _many_buffers()
     limit = effective_mr_limit("1073741824", [])
-    plans = [plan_pool(g, limit, a) for a in ALGORITHMS]  # type: ignore[arg-type]
+    plans = [plan_pool(g, limit, a) for a in ALGORITHMS]
     assert layout_problems(render_svg(plans, mr=True), len(plans)) == []
 
 
