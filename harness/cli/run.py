@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,6 +39,8 @@ from kvreg.harness.run.result import INTERNAL_ERROR, REPORT_REQUEST, ScenarioRes
 from kvreg.harness.scenario.format import Scenario, ScenarioError, bundled_root, load_paths
 
 from .checks import UsageError, positive_int
+from .pipes import reader_safe
+from .progress import make_reporter
 from .run_extras import add_run_extras, finish, prepare
 
 __all__ = ["EXIT_INTERNAL_ERROR", "add_parsers", "run_list", "run_run", "scenario_paths",
@@ -73,7 +74,10 @@ def add_parsers(sub: Any) -> None:
                                                                  "contains TEXT")
     run.add_argument("--json", metavar="FILE", help="write the JSON report ('-' for stdout)")
     run.add_argument("--jobs", "-j", type=positive_int, default=1,
-                     help="parallel worker processes (an integer >= 1)")
+                     help="parallel worker processes (an integer >= 1; default 1)")
+    run.add_argument("--quiet", "-q", action="store_true",
+                     help="no progress on stderr (default: a counter on a terminal, a line "
+                          "per 10%% of the scenarios or every 5 s elsewhere, e.g. in CI logs)")
     run.add_argument("--trace", action="store_true", help="print the call trace of failures")
     add_run_extras(run)
     run.add_argument("--timeout", type=_arg(parse_timeout), default=DEFAULT_TIMEOUT_S,
@@ -130,19 +134,15 @@ def summary(results: Sequence[ScenarioResult]) -> dict[str, int]:
 
 def _run_all(scenarios: list[Scenario], impl: Implementation, jobs: int,
              progress: TextIO | None, backend: str = "fake", limits: Limits | None = None,
-             in_process: bool = False) -> tuple[list[ScenarioResult], bool]:
-    """Every scenario's result in selection order, and whether Ctrl-C stopped the run."""
-    total = len(scenarios)
-
-    def tick(n: int) -> None:
-        if progress is not None:
-            progress.write(f"\r{n}/{total} scenarios")
-            progress.flush()
-
+             in_process: bool = False, quiet: bool = False
+             ) -> tuple[list[ScenarioResult], bool]:
+    """Every scenario's result in selection order, and whether Ctrl-C stopped the run;
+    how far it got goes to ``progress`` (:mod:`.progress`; None: nowhere)."""
+    reporter = make_reporter(progress or sys.stderr, len(scenarios),
+                             quiet=quiet or progress is None)
     run = run_catalog(scenarios, impl, jobs=jobs, limits=limits, backend=backend,
-                      in_process=in_process, tick=tick)
-    if progress is not None:
-        progress.write("\r" + " " * 30 + "\r")
+                      in_process=in_process, tick=reporter.tick)
+    reporter.close()
     return run.results, run.interrupted
 
 
@@ -213,29 +213,30 @@ def run_run(args: argparse.Namespace) -> int:
         print("kvreg run: error: --in-process runs one scenario at a time in this process; "
               f"-j {args.jobs} needs worker processes", file=sys.stderr)
         return 2
-    progress = sys.stderr if sys.stderr.isatty() and not os.environ.get("CI") else None
     jobs = 1 if args.backend == "cuda" else max(args.jobs, 1)   # one GPU, one run at a time
     limits = Limits(timeout=args.timeout, memory=args.memory_limit)
-    results, interrupted = _run_all(scenarios, impl, jobs, progress, args.backend, limits,
-                                    args.in_process)
+    results, interrupted = _run_all(scenarios, impl, jobs, sys.stderr, args.backend, limits,
+                                    args.in_process, quiet=args.quiet)
     counts = summary(results)
     advice = hints(results, pinning=args.pinning, style=impl.style)
     doc = {"summary": counts, "contract": impl.contract.as_dict(),
            "causes": [c.as_dict() for c in causes(results)],
            "hints": advice, "scenarios": [r.as_dict() for r in results]}
+    out = reader_safe()       # `kvreg run | head`: the files below are written all the same
     try:
         if args.json == "-":
-            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+            out.write(json.dumps(doc, indent=2) + "\n")
         else:
-            _table(results, sys.stdout, args.trace, advice, impl.contract.text())
+            _table(results, out, args.trace, advice, impl.contract.text())
             if args.json:
                 write_atomic(Path(args.json), json.dumps(doc, indent=2) + "\n")
-        sys.stdout.flush()
-        notes = sys.stderr if args.json == "-" else sys.stdout
+        out.flush()
+        notes = sys.stderr if args.json == "-" else out
         if interrupted:
             # an interrupted run records no baseline: only the reports are written
             plan.write_baseline_path = None
         code = finish(plan, results, notes, failed=counts["failed"] + counts["errors"])
+        out.flush()
     finally:
         restore_sigint()
     if interrupted:
@@ -256,7 +257,9 @@ def run_list(args: argparse.Namespace) -> int:
         print(f"kvreg list: error: {exc}", file=sys.stderr)
         return 2
     width = max((len(s.id) for s in scenarios), default=10)
+    out = reader_safe()
     for s in scenarios:
-        print(f"{s.id:<{width}}  {s.guards}")
-    print(f"\n{len(scenarios)} scenarios")
+        out.write(f"{s.id:<{width}}  {s.guards}\n")
+    out.write(f"\n{len(scenarios)} scenarios\n")
+    out.flush()
     return 0
