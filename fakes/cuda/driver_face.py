@@ -17,10 +17,11 @@ the process as well [DOC: CUDA Runtime API, "Interactions with the CUDA Driver A
 calls need a context current on the calling thread, or give CUDA_ERROR_INVALID_CONTEXT (201):
 ``cuInit`` makes none current; the runtime makes the primary context current on each thread
 it is called on, and driver code makes one current with ``cuDevicePrimaryCtxRetain`` +
-``cuCtxSetCurrent`` / ``cuCtxPushCurrent`` (docs/cuda-runtime.md §13). With no driver the binding cannot load ``libcuda`` and raises on the first call
-(observed with cuda-bindings 13.5.0 and no driver; a test compares the two where that is the
-machine); with no GPU cuInit gives CUDA_ERROR_NO_DEVICE (100); with the stub library every call
-gives CUDA_ERROR_STUB_LIBRARY (34) [DOC enum comments].
+``cuCtxSetCurrent`` / ``cuCtxPushCurrent`` (docs/cuda-runtime.md §13). With no driver the
+binding cannot load ``libcuda`` and raises on the first call (observed with cuda-bindings
+13.5.0 and no driver; a test compares the two where that is the machine); with no GPU cuInit
+gives CUDA_ERROR_NO_DEVICE (100); with the stub library every call gives
+CUDA_ERROR_STUB_LIBRARY (34) [DOC enum comments].
 """
 
 from __future__ import annotations
