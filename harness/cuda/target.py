@@ -26,6 +26,7 @@ from kvreg.harness.run.result import CallBudgetExceeded, Violation
 from kvreg.harness.run.target import ProcessConfig, SkipScenario
 
 from .buffers import allocate, allocate_pinnable, release
+from .calling_thread import call_on_register_thread
 from .checks import BufferRun, RunRecord, check_run, check_warnings
 from .transfers import copy_every_page
 
@@ -136,8 +137,9 @@ class CudaWorld:
             b.seq_start = next_seq(fake)
             self.progress.step("register", b.spec.name)
             try:
-                b.handle = impl.register(cudart, self.buffers[b.index], b.spec, b.granularity,
-                                         sc.chunk_limit)
+                b.handle = call_on_register_thread(
+                    fake, impl.register, cudart, self.buffers[b.index], b.spec, b.granularity,
+                    sc.chunk_limit)
                 b.registered = True
             except (CallBudgetExceeded, MemoryError):
                 raise
@@ -182,7 +184,8 @@ class CudaWorld:
                 continue
             self.progress.step(f"teardown round {round_ + 1}", b.spec.name)
             try:
-                impl.teardown(self.cudart(), self.buffers[b.index], b.handle)
+                call_on_register_thread(self.fake, impl.teardown, self.cudart(),
+                                        self.buffers[b.index], b.handle)
             except (CallBudgetExceeded, MemoryError):
                 raise
             except Exception as exc:
