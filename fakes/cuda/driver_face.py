@@ -244,7 +244,7 @@ class CudaDriverFace(types.ModuleType):
 
     # -- contexts (docs/cuda-runtime.md §13) -------------------------------------------------
     def cuDevicePrimaryCtxRetain(self, dev: Any) -> tuple[Any, Any]:
-        """The device's primary context, one retain more; it is made current by nobody."""
+        """The device's primary context, one retain more; not made current [DOC]."""
         code = self._ready()
         if code:
             return self._r(code), None
@@ -335,7 +335,7 @@ class CudaDriverFace(types.ModuleType):
 
     # -- registration (docs/cuda-runtime.md §2, §3, §6) --------------------------------------------
     def cuMemHostRegister(self, p: Any, bytesize: Any, Flags: Any) -> tuple[Any]:
-        """The runtime's rules (712, 1, 2, 801, 800) at driver level; no last-error slot."""
+        """The runtime's rules (712, 1, 2, 801, 800) at driver level; no context -> 201."""
         ptr = pointer_arg(p)
         size = unsigned_arg(bytesize, _U64, "size_t")
         flags = unsigned_arg(Flags, _U32, "unsigned int")

@@ -93,6 +93,9 @@ class FakeCuda:
                 CtypesCudartFace(runtime), face="ctypes", trace=self.trace, plan=self.faults,
                 resolve=self._resolve, on_injected=runtime.set_last_error))
             for runtime in (self.libcudart_runtime, self.torch_runtime)}
+        # the runtime instances code reached through a ctypes handle: with one, it has
+        # cudaGetLastError on that instance (torch's too, docs/cuda-runtime.md §6.1)
+        self.ctypes_reached: set[str] = set()
         # the driver API: same registrations, no last-error slot (docs/cuda-runtime.md §6)
         self.driver_api: Any = Intercepted(
             CudaDriverFace(self.driver, use_real_types=use_real_types), face="driver",
@@ -146,6 +149,7 @@ class FakeCuda:
         system libcudart's otherwise."""
         runtime = self.torch_runtime if self.is_torch_libcudart(name) else \
             self.libcudart_runtime
+        self.ctypes_reached.add(runtime.name)
         raw, face = self._ctypes_faces[runtime.name]
         return face, raw
 

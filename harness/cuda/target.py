@@ -77,6 +77,10 @@ def pending_errors(fake: Any, step: str) -> list[Pending]:
             continue
         code = int(peek())
         if code:
+            # torch's instance reached through a ctypes handle (docs/cuda-runtime.md §6.1):
+            # the code holds cudaGetLastError for it, as for any libcudart it loaded
+            if label == "torch" and "torch" in getattr(fake, "ctypes_reached", ()):
+                label = "libcudart"
             out.append(Pending(step, label, code, error_name(code)))
     return out
 
