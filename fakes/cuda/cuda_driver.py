@@ -64,7 +64,8 @@ class ContextState:
         try:
             return self._tls.stack  # type: ignore[no-any-return]
         except AttributeError:
-            self._tls.stack = stack = []
+            stack: list[int] = []
+            self._tls.stack = stack
             return stack
 
     def current(self) -> int:

@@ -58,7 +58,7 @@ def test_under_patch_a_soname_drain_clears_torchs_error_and_an_unversioned_one_d
     with fake.patch():
         import torch
 
-        cudart = torch.cuda.cudart()
+        cudart = torch.cuda.cudart()  # type: ignore[no-untyped-call]
         assert int(cudart.cudaHostRegister(0, 4096, 0)) == 1        # NULL -> 1, torch's slot
         other = ctypes.CDLL("libcudart.so")
         assert other.cudaGetLastError() == 0                       # another instance

@@ -54,15 +54,15 @@ def _run(sid: str, path: Path, style: str, by_id, *,  # type: ignore[no-untyped-
 @pytest.mark.parametrize(("path", "style"), [
     (EXAMPLE, "driver"), (IMPLS / "driver_retain_per_thread.py", "driver"),
     (ROOT / "examples" / "runtime_doors" / "ctypes_register.py", "ctypes")])
-def test_correct_code_passes_on_a_worker_thread(sid: str, path: Path, style: str,
-                                                by_id) -> None:  # type: ignore[no-untyped-def]
+def test_correct_code_passes_on_a_worker_thread(  # type: ignore[no-untyped-def]
+        sid: str, path: Path, style: str, by_id) -> None:
     result = _run(sid, path, style, by_id)
     assert result.verdict == "pass", result.violations
 
 
 @pytest.mark.parametrize("sid", WORKER[:2])
-def test_driver_code_without_a_context_fails_with_the_drivers_error(
-        sid: str, by_id, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_driver_code_without_a_context_fails_with_the_drivers_error(  # type: ignore[no-untyped-def]
+        sid: str, by_id, tmp_path: Path) -> None:
     result = _run(sid, _no_context(tmp_path), "driver", by_id)
     assert result.verdict == "fail"
     assert "CUDA_ERROR_INVALID_CONTEXT (rc=201)" in result.first_violation, result.violations
