@@ -66,6 +66,9 @@ def test_driver_code_without_a_context_fails_with_the_drivers_error(  # type: ig
     result = _run(sid, _no_context(tmp_path), "driver", by_id)
     assert result.verdict == "fail"
     assert "CUDA_ERROR_INVALID_CONTEXT (rc=201)" in result.first_violation, result.violations
+    assert ("; cuMemHostRegister(kv_buffer+0x0, " in result.first_violation
+            and "returned 201 (invalid device context): no CUDA context is current on the "
+            "calling thread" in result.first_violation), result.first_violation
 
 
 def test_a_driver_teardown_that_never_made_a_context_current_leaks(by_id) -> None:  # type: ignore[no-untyped-def]
