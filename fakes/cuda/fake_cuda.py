@@ -7,8 +7,11 @@ This is what tests and the ``fake_cudart`` fixture hold. Under ``fake.patch()``,
 process's doors (:mod:`kvreg.fakes.doors`), so a handle kept from an earlier patch reaches
 the fake patched in now, and patches nest. Every door is
 recorded and fault-injected by one :class:`~kvreg.fakes.recorder.Intercepted` layer, sharing
-one trace and one plan; each runtime instance (torch's, cuda-bindings', the ctypes-loaded
-libcudart) keeps its own last-error slot over the one driver (docs/cuda-runtime.md §6).
+one trace and one plan; each runtime instance (torch's, cuda-bindings', the system
+libcudart) keeps its own last-error slot over the one driver (docs/cuda-runtime.md §6), and a
+ctypes load is whichever of torch's and the system's the dynamic loader returns for its name
+(§6.1). The driver keeps each thread's current context (§13); the thread that patches the fake
+in has the primary context current, as a serving engine's main thread has.
 """
 
 from __future__ import annotations
