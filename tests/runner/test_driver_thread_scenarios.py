@@ -85,3 +85,23 @@ def test_a_driver_teardown_that_never_made_a_context_current_leaks(by_id) -> Non
 def test_the_same_code_passes_on_the_engines_main_thread(by_id, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     result = _run(MAIN, _no_context(tmp_path), "driver", by_id)
     assert result.verdict == "pass", result.violations
+
+
+def test_the_calling_thread_is_fresh_per_call_and_raises_what_the_code_raised() -> None:
+    import threading
+
+    from kvreg.fakes.cuda.fake_cuda import FakeCuda
+    from kvreg.fakes.cuda.profile import profile_with_options
+    from kvreg.harness.cuda.calling_thread import call_on_register_thread
+
+    worker = FakeCuda(profile_with_options("h200-r580", {"register_thread": "worker"}))
+    seen = {call_on_register_thread(worker, threading.get_ident) for _ in range(3)}
+    assert threading.get_ident() not in seen
+    assert call_on_register_thread(FakeCuda(), threading.get_ident) == threading.get_ident()
+
+    def fails() -> None:
+        raise KeyError("from the code")
+
+    with pytest.raises(KeyError, match="from the code") as info:
+        call_on_register_thread(worker, fails)
+    assert info.traceback[-1].name == "fails"
