@@ -4,7 +4,7 @@ how long the block is. Each test is a behaviour a surviving mutant changed
 
 from __future__ import annotations
 
-from kvreg.harness.run.causes import Cause, hints, render_causes
+from kvreg.harness.run.causes import Cause, causes, dedupe, hints, render_causes
 from kvreg.harness.run.result import ScenarioResult, Violation
 
 NONE = Violation("registered", "register() of kv returned normally but registered none of its "
@@ -79,3 +79,27 @@ def test_a_block_of_exactly_the_top_has_no_more_line() -> None:
     assert render_causes([]) == []
     one = render_causes([Cause("error", "", "", "ran past 5 s", ["p/1"])])
     assert one[1] == "      1 scenario(s)  [error]  (no line of the code under test)"
+
+
+def test_identical_violations_are_counted_once_each() -> None:
+    at = {"where": "impl.py:9", "code": "reg(p, 0)"}
+    loop = [Violation("register-size-zero", f"call #{n} registers 0 bytes", n, count=2, **at)
+            for n in (1, 2, 3)]
+    (once,) = dedupe(loop)
+    assert once.count == 6 and once.message == "call #1 registers 0 bytes"
+
+
+def test_causes_count_scenarios_most_frequent_first() -> None:
+    at = {"where": "impl.py:9", "code": "x()"}
+    leak = Violation("leak", "chunk left", **at)
+    gap = Violation("registered", "gap", where="impl.py:3", code="y()")
+    results = [
+        ScenarioResult("a/1", "a", "fail", [gap]),
+        ScenarioResult("a/2", "a", "fail", [leak, leak]),      # one scenario, counted once
+        ScenarioResult("a/3", "a", "fail", [leak]),
+        ScenarioResult("a/4", "a", "pass", [leak]),             # a pass is no cause
+        ScenarioResult("a/5", "a", "skip", [leak], reason="needs a GPU"),
+    ]
+    found = causes(results)
+    assert [(c.rule, c.ids) for c in found] == [("leak", ["a/2", "a/3"]),
+                                                ("registered", ["a/1"])]

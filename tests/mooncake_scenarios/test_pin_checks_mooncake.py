@@ -181,7 +181,8 @@ def test_an_unexpected_error_names_the_failed_call() -> None:
 def test_rollback_messages_say_none_or_part_with_the_failed_call() -> None:
     err = RuntimeError("register failed: -600")
     trace = [reg(1, BASE, 64), reg(2, BASE + 64, 64), reg(3, BASE + 128, 128, code=INVALID)]
-    none = buf(error=err, seq_end=4, live_after_error=[(BASE, 64), (BASE + 64, 64)])
+    # the buffer's calls start at its seq_start: the first one is its own
+    none = buf(error=err, seq_start=1, seq_end=4, live_after_error=[(BASE, 64), (BASE + 64, 64)])
     vs = [v.message for v in check_mooncake_run(record(trace, [none], expect="register-error"))
           if v.rule == "not-rolled-back"]
     assert vs[0] == ("MR [kv_buffer+0x0, +64) is still registered after register() of "
@@ -209,3 +210,37 @@ def test_leaks_come_after_every_other_rule_and_in_address_order() -> None:
     assert rules(r) == ["leak", "leak", "leak", "teardown-raised"]
     assert [v.message.split(")")[0] for v in check_mooncake_run(r)][:3] == [
         "MR [kv_buffer+0x0, +64", "MR [kv_buffer+0x40, +64", "MR [kv_buffer+0x80, +128"]
+
+
+def test_an_mr_a_rollback_fault_pinned_is_not_held_against_the_rollback() -> None:
+    # chunk 2 failed; the rollback of chunk 1 got an injected -600 (seq 4, inside register),
+    # so only the MR nothing tried to release is not rolled back; a teardown unregister at
+    # the buffer's seq_end is no rollback
+    err = RuntimeError("register failed: -600")
+    trace = [reg(1, BASE, 64), reg(2, BASE + 64, 64), reg(3, BASE + 128, 128, code=INVALID),
+             unreg(4, BASE, code=INVALID, injected=True),
+             unreg(5, BASE + 64, code=INVALID, injected=True)]
+    b = buf(error=err, seq_start=1, seq_end=5, live_after_error=[(BASE, 64), (BASE + 64, 64)])
+    vs = [v.message for v in check_mooncake_run(record(trace, [b], expect="register-error"))
+          if v.rule == "not-rolled-back"]
+    assert len(vs) == 1 and vs[0].startswith("MR [kv_buffer+0x40, +64) is still registered")
+    assert vs[0].endswith("still registered: [kv_buffer+0x40, +64))")
+
+
+def test_rejected_too_late_counts_only_the_buffers_own_calls() -> None:
+    err = ValueError("object stride 512 > MR limit 128")
+    late = buf(error=err, seq_start=5, seq_end=9)
+    assert rules(record([reg(5, BASE, 128)], [late], expect="rejected")) == \
+        ["rejected-too-late"]
+    assert rules(record([reg(9, BASE, 128)], [late], expect="rejected")) == []
+
+
+def test_a_failed_buffers_mrs_do_not_stop_the_leak_check_of_the_others() -> None:
+    err = RuntimeError("register failed: -600")
+    failed = buf(BASE, "kv_a", error=err, seq_end=3, live_after_error=[(BASE, 64)])
+    other = buf(BASE + N, "kv_b", seq_start=3)
+    trace = [reg(1, BASE, 64), reg(2, BASE + 64, 64, code=INVALID), reg(3, BASE + N, N)]
+    r = record(trace, [failed, other], expect="register-error", teardown_start=60,
+               exercised=TEARDOWN, live_end=[(NODE, BASE, 64), (NODE, BASE + N, N)])
+    leaks = [v.message for v in check_mooncake_run(r) if v.rule == "leak"]
+    assert leaks == ["MR [kv_b+0x0, +256) was never released by teardown"]
