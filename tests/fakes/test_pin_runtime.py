@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kvreg.fakes.address_space import AddressSpace
 from kvreg.fakes.cuda.fake_cuda import FakeCuda
+from kvreg.fakes.cuda.registry import Pinned, PinnedRegistry
 
 MiB = 1 << 20
 CUDA_SUCCESS, INVALID_VALUE = 0, 1
@@ -38,3 +39,23 @@ def test_the_byte_past_a_registration_is_not_pinned() -> None:
     assert rt.host_get_device_pointer(base + MiB, 0) == (INVALID_VALUE, None)
     assert rt.host_unregister(base) == CUDA_SUCCESS
     space.release()
+
+
+def _registry(*ranges: tuple[int, int]) -> PinnedRegistry:
+    reg = PinnedRegistry()
+    for i, (base, size) in enumerate(ranges):
+        reg.add(Pinned(base, size, 0, "register", 0, i + 1, base))
+    return reg
+
+
+def test_page_overlap_rounds_the_query_out_to_whole_pages() -> None:
+    # the driver pins whole 4 KiB pages (docs/cuda-runtime.md §2): in "page" mode a query
+    # ending one byte into a page meets a registration later in that page, and one ending
+    # on a page boundary does not meet the next page's
+    page = 4096
+    at = 16 * page
+    reg = _registry((at + 100, 64))
+    assert reg.first_overlap(at - 64, 65, "page") is not None        # ends at at + 1
+    assert reg.first_overlap(at - 64, 65, "byte") is None
+    nxt = _registry((at, 64))
+    assert nxt.first_overlap(at - 64, 64, "page") is None             # ends at at exactly
