@@ -59,3 +59,14 @@ def test_page_overlap_rounds_the_query_out_to_whole_pages() -> None:
     assert reg.first_overlap(at - 64, 65, "byte") is None
     nxt = _registry((at, 64))
     assert nxt.first_overlap(at - 64, 64, "page") is None             # ends at at exactly
+
+
+def test_host_allocations_are_numbered_in_creation_order() -> None:
+    # a leak report lists pinned memory in the order it was made (registry.Pinned.seq)
+    fake = FakeCuda("h200-r580")
+    rt = fake.cuda_runtime
+    first, second = rt.host_alloc(4096, 0)[1], rt.host_alloc(4096, 0)[1]
+    assert first and second
+    a, b = fake.driver.pinned.get(first), fake.driver.pinned.get(second)
+    assert a is not None and b is not None and 0 < a.seq < b.seq
+    assert rt.free_host(first) == 0 and rt.free_host(second) == 0
