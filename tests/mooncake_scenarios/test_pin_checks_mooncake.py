@@ -152,7 +152,8 @@ def test_every_rule_names_the_call_one_based() -> None:
     assert zero[0].message.startswith("call #5 register_buffer(kv_buffer+0x0, 0) registers 0")
     outside = check_mooncake_run(record([reg(6, BASE + 200, 128)]))
     assert outside[0].message.startswith("call #7 register_buffer(kv_buffer+0xc8, 128) is not")
-    over = [v for v in check_mooncake_run(record([reg(8, BASE, 256)]))
+    # refused (-600) and where register() stopped: an over-limit call judged by its result
+    over = [v for v in check_mooncake_run(record([reg(8, BASE, 256, code=INVALID)]))
             if v.rule == "mr-over-limit"]
     assert over[0].message.startswith("call #9 register_buffer(kv_buffer+0x0, 256) asks for "
                                       "one MR of 256 bytes")
