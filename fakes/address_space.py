@@ -105,12 +105,15 @@ class AddressSpace:
         return base
 
     def virtual(self, shape: Sequence[int] | int, dtype: Any = "uint8", *, name: str = "",
-                align: int = DEFAULT_ALIGN) -> torch.Tensor:
+                align: int = DEFAULT_ALIGN, offset: int = 0) -> torch.Tensor:
         """A new CPU ``torch.Tensor`` of any size over reserved memory (4 TiB costs no RAM
-        until touched); it stays mapped until :meth:`release` and nothing else holds it."""
+        until touched); it stays mapped until :meth:`release` and nothing else holds it.
+        Its base is ``offset`` bytes past an ``align``-aligned address (torch's own large
+        tensors sit 64 bytes into a page: scenarios/FORMAT.md, ``base_offset``)."""
         dims = (shape,) if isinstance(shape, int) else tuple(shape)
         name = name or f"virtual{len(self._reserved)}"
-        tensor, res = reserved.reserve(shape=dims, dtype=dtype, name=name, align=align)
+        tensor, res = reserved.reserve(shape=dims, dtype=dtype, name=name, align=align,
+                                       offset=offset)
         self._reserved[res.base] = res
         self._insert(Allocation(res.base, res.nbytes, name, "virtual"))
         return tensor

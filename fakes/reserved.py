@@ -16,7 +16,11 @@ pool costs no RAM. The mechanism, per reservation:
   even with ``MAP_NORESERVE``: a 4 TiB ``MAP_PRIVATE`` buffer fails under a 2 GiB limit;
 - the tensor is ``torch.frombuffer`` over a ctypes array at that address, viewed with the
   requested dtype and shape; it owns the mapping, which is unmapped when the last tensor (or
-  view, or storage) over it is gone.
+  view, or storage) over it is gone;
+- with an ``offset``, the tensor begins that many bytes past the aligned address, as torch's
+  own large tensors do (``posix_memalign(64)`` over glibc's mmapped chunk puts them 64 bytes
+  into a page: scenarios/FORMAT.md, ``base_offset``); the mapping begins at the page holding
+  the first byte, and the pages below it stay ``PROT_NONE``.
 
 :func:`release` frees a reservation's RAM at once (the pages read as zeros afterwards) and
 unmaps it as soon as nothing refers to it, so many scenarios' pools fit one address space;
@@ -90,12 +94,14 @@ def _libc() -> _Libc:
 class Reservation:
     """One mapping behind a reserved tensor: where it is, what it costs, how it ends."""
 
-    def __init__(self, nbytes: int, align: int, name: str) -> None:
+    def __init__(self, nbytes: int, align: int, name: str, offset: int = 0) -> None:
         libc = _libc()
         self.nbytes = nbytes
         self.name = name
-        self.mapped = max(PAGE, (nbytes + PAGE - 1) & ~(PAGE - 1))   # what an mmap would map
-        self.span = self.mapped + align + PAGE                       # guard page after the end
+        lead, inpage = offset & ~(PAGE - 1), offset & (PAGE - 1)
+        # what an mmap would map: the pages holding [base, base + nbytes)
+        self.mapped = max(PAGE, (inpage + nbytes + PAGE - 1) & ~(PAGE - 1))
+        self.span = lead + self.mapped + align + PAGE                # guard page after the end
         self.released = False
         fd = os.memfd_create(f"kvreg:{name}"[:240] or "kvreg", os.MFD_CLOEXEC)
         try:
@@ -103,10 +109,10 @@ class Reservation:
             region = _reserve(libc, self.span)
             if region in (None, _MAP_FAILED):
                 raise _no_room(nbytes, ctypes.get_errno())
-            base = (region + align - 1) & ~(align - 1)
-            got = libc.mmap(base, self.mapped, _PROT_RW,
+            start = ((region + align - 1) & ~(align - 1)) + lead
+            got = libc.mmap(start, self.mapped, _PROT_RW,
                             _MAP_SHARED | _MAP_FIXED | _MAP_NORESERVE, fd, 0)
-            if got != base:
+            if got != start:
                 err = ctypes.get_errno()
                 libc.munmap(region, self.span)
                 raise _no_room(nbytes, err)
@@ -115,7 +121,8 @@ class Reservation:
             raise
         self.fd: int | None = fd
         self.region: int = int(region)
-        self.base: int = int(base)
+        self.start: int = int(start)          # the first mapped page
+        self.base: int = int(start) + inpage  # the tensor's first byte
         _LIVE[self.base] = weakref.ref(self)
 
     @property
@@ -183,11 +190,12 @@ def _torch_dtype(dtype: Any) -> Any:
 
 def reserve_tensor(nbytes: int | None = None, *, dtype: Any = "uint8",
                    shape: Sequence[int] | None = None, name: str = "",
-                   align: int = DEFAULT_ALIGN) -> torch.Tensor:
+                   align: int = DEFAULT_ALIGN, offset: int = 0) -> torch.Tensor:
     """A contiguous CPU ``torch.Tensor`` over fresh reserved memory; no RAM until touched.
 
     Give ``nbytes`` (a flat tensor of ``nbytes // itemsize`` elements), ``shape``, or both
     (then they must agree). ``dtype`` is a torch dtype or a name (``"bfloat16"``). The base is
+    ``offset`` bytes (default 0, a multiple of the itemsize below ``align``) past an address
     aligned to ``align`` (a power of two, at least a page). :func:`reservation_of` finds the
     mapping again from the tensor or any view of it; :func:`release` ends it. An empty tensor's
     ``data_ptr()`` is 0, as torch gives it (its reservation is :func:`reserve`'s to keep).
@@ -196,12 +204,13 @@ def reserve_tensor(nbytes: int | None = None, *, dtype: Any = "uint8",
     torch itself refuses the size (more than 2**63 - 1 bytes or elements), MemoryError where
     the address space has no room.
     """
-    return reserve(nbytes, dtype=dtype, shape=shape, name=name, align=align)[0]
+    return reserve(nbytes, dtype=dtype, shape=shape, name=name, align=align, offset=offset)[0]
 
 
 def reserve(nbytes: int | None = None, *, dtype: Any = "uint8",
             shape: Sequence[int] | None = None, name: str = "",
-            align: int = DEFAULT_ALIGN) -> tuple[torch.Tensor, Reservation]:
+            align: int = DEFAULT_ALIGN,
+            offset: int = 0) -> tuple[torch.Tensor, Reservation]:
     """:func:`reserve_tensor`, with the tensor's :class:`Reservation` (same arguments)."""
     dims = None if shape is None else _dims(shape)
     tdtype = _torch_dtype(dtype)
@@ -222,12 +231,16 @@ def reserve(nbytes: int | None = None, *, dtype: Any = "uint8",
         raise ValueError(f"shape {dims} of {tdtype} is {size} bytes, not nbytes={nbytes}")
     if not isinstance(align, int) or align < PAGE or align & (align - 1):
         raise ValueError(f"align must be a power of two of at least {PAGE}, got {align!r}")
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0 or \
+            offset >= align or offset % itemsize:
+        raise ValueError(f"offset must be an int in [0, align={align}) and a multiple of the "
+                         f"itemsize {itemsize} of {tdtype}, got {offset!r}")
     limit = (1 << 63) - 1
     if size > limit or math.prod(dims) > limit:
         raise ValueError(f"a tensor of shape {dims} and dtype {tdtype} is {size} bytes: torch "
                          f"refuses tensors of more than 2**63 - 1 bytes or elements (int64 "
                          f"sizes)")
-    res = Reservation(size, align, name or "reserved")
+    res = Reservation(size, align, name or "reserved", offset)
     return _wrap(res, dims, tdtype), res
 
 
@@ -255,9 +268,9 @@ def reservation_of(tensor: Any) -> Reservation | None:
         ptr = int(tensor.data_ptr())
     except (AttributeError, TypeError, RuntimeError):
         return None
-    for base, ref in _LIVE.copy().items():
+    for ref in _LIVE.copy().values():
         res = ref()
-        if res is not None and base <= ptr < base + res.mapped:
+        if res is not None and res.start <= ptr < res.start + res.mapped:
             return res
     return None
 

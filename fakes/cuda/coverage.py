@@ -110,7 +110,10 @@ def render() -> str:
         "answer: **modelled**, **passed through** (a host-only helper answered by the real",
         "binding) or **not modelled**. Every name is in `dir()` and `hasattr` is True for it,",
         "as on the real module; calling one that is not modelled raises `NotModelledError`",
-        "(a `NotImplementedError`) naming this file; it never returns success silently.",
+        "(a `NotImplementedError`) naming this file; it never returns success silently. A",
+        "scenario whose code reaches one is an `error` verdict naming the API and the row to",
+        "add (docs/cuda-runtime.md, `SPEC_SECTION` here), never a `fail` of the code: kvreg",
+        "cannot say what the real runtime would have answered.",
         "",
         f"Reference list: {header}.",
         f"`cuda.bindings.runtime`: **{len(modelled)}** modelled, {len(through)} passed through, "

@@ -127,7 +127,9 @@ _API_DOC: dict[str, Iterable[int]] = {
     "cudaFreeHost": (INVALID_VALUE, CUDART_UNLOADING),
     "cudaMalloc": (INVALID_VALUE, MEMORY_ALLOCATION),
     "cudaFree": (INVALID_VALUE, CUDART_UNLOADING),
-    "cudaPointerGetAttributes": (INVALID_VALUE, 17),
+    # cuda_runtime_api.h / cuda-bindings 13.5 docstring: cudaSuccess, cudaErrorInvalidDevice,
+    # cudaErrorInvalidValue (17, cudaErrorInvalidDevicePointer, is not among them)
+    "cudaPointerGetAttributes": (INVALID_VALUE, INVALID_DEVICE),
     "cudaHostGetDevicePointer": (INVALID_VALUE, MEMORY_ALLOCATION),
     "cudaHostGetFlags": (INVALID_VALUE,),
     "cudaMemcpyAsync": (INVALID_VALUE, 21, ILLEGAL_ADDRESS),

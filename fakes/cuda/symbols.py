@@ -20,6 +20,8 @@ from functools import cache
 from importlib import resources
 from typing import Any, Literal
 
+from ..not_modelled import NotModelled
+
 __all__ = ["HOST_ONLY_HELPERS", "SNAPSHOT", "Kind", "NotModelledError", "is_fake_module",
            "kind_of", "live_names", "not_modelled_stub", "public_names", "real_module",
            "remember_real", "render_snapshot", "snapshot_header", "snapshot_names"]
@@ -38,8 +40,13 @@ HOST_ONLY_HELPERS = frozenset({
 _REAL: dict[str, types.ModuleType | None] = {}
 
 
-class NotModelledError(NotImplementedError):
+class NotModelledError(NotModelled):
     """Raised for a real cuda-python API the fake does not model (see COVERAGE.md)."""
+
+    docs = ("a row in docs/cuda-runtime.md (what the real API returns, with its evidence "
+            "label), its method on the fake's face and its SPEC_SECTION entry in "
+            "fakes/cuda/coverage.py, then COVERAGE.md regenerated "
+            "(python -m kvreg.fakes.cuda.coverage)")
 
 
 def not_modelled_stub(module: str, name: str, *, reason: str = "") -> Any:
@@ -52,7 +59,7 @@ def not_modelled_stub(module: str, name: str, *, reason: str = "") -> Any:
                          "see COVERAGE.md for what is modelled")
 
     def stub(*args: Any, **kwargs: Any) -> Any:
-        raise NotModelledError(message)
+        raise NotModelledError(message, api=f"{module}.{name}")
 
     stub.__name__ = stub.__qualname__ = name
     stub.__doc__ = f"Not modelled: {message}"

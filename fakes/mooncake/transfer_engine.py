@@ -87,6 +87,7 @@ class FakeTransferEngine:
         self._pd = {nic.name: nic.new_pd_id() for nic in devices}
         self._regs: dict[int, Registration] = {}
         self._bases: list[int] = []
+        self._index: tuple[list[int], list[BufferDesc]] | None = None   # see _sorted_descs
         self.last_errno: int | None = None
 
     # -- registration ---------------------------------------------------------------------
@@ -137,6 +138,7 @@ class FakeTransferEngine:
         reg = Registration(addr, length, chunks, remote_accessible)
         bisect.insort(self._bases, addr)
         self._regs[addr] = reg
+        self._index = None
         return 0
 
     def unregister(self, addr: int) -> int:
@@ -148,7 +150,8 @@ class FakeTransferEngine:
         reg = self._regs.pop(addr, None)
         if reg is None:
             return int(TeError.ERR_ADDRESS_NOT_REGISTERED)
-        self._bases.remove(addr)
+        del self._bases[bisect.bisect_left(self._bases, addr)]   # a bisect, not a scan
+        self._index = None
         failed = False
         for desc in reg.chunks:
             for rec in desc.mrs:
@@ -160,13 +163,27 @@ class FakeTransferEngine:
         return int(TeError.ERR_INVALID_ARGUMENT) if failed else 0
 
     # -- data path ------------------------------------------------------------------------
-    def _descs(self) -> list[BufferDesc]:
-        return [d for b in self._bases for d in self._regs[b].chunks]
+    def _sorted_descs(self) -> tuple[list[int], list[BufferDesc]]:
+        """Every published buffer by address, and their starts for bisect: built once per
+        change of the registrations, so a transfer costs log(buffers), not buffers (a pool
+        of thousands of MRs is moved page by page)."""
+        if self._index is None:
+            # registrations never overlap and their chunks are in order: already sorted
+            descs = [d for b in self._bases for d in self._regs[b].chunks]
+            self._index = ([d.addr for d in descs], descs)
+        return self._index
+
+    def published(self) -> list[BufferDesc]:
+        """Every published buffer (one per registration, or per MR where the engine splits
+        them), by address."""
+        return self._sorted_descs()[1]
 
     def _covered(self, addr: int, length: int) -> bool:
         """Every byte lies in some buffer (HEAD splits slices at the seams)."""
+        starts, descs = self._sorted_descs()
         pos, end = addr, addr + length
-        for desc in sorted(self._descs(), key=lambda d: d.addr):
+        i = max(bisect.bisect_right(starts, pos) - 1, 0)
+        for desc in descs[i:]:
             if desc.end <= pos:
                 continue
             if desc.addr > pos:
@@ -184,8 +201,7 @@ class FakeTransferEngine:
             return True
         if self.profile.slices_split_at_mr_seams:
             return self._covered(addr, length)
-        descs = sorted(self._descs(), key=lambda d: d.addr)
-        starts = [d.addr for d in descs]
+        starts, descs = self._sorted_descs()
         for saddr, slen in store_slices(addr, length, self.profile):
             for taddr, tlen in te_slices(saddr, slen, self.profile, self.slice_size):
                 i = bisect.bisect_right(starts, taddr) - 1   # buffers never overlap

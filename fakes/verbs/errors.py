@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from ..faults import register_points
+from ..not_modelled import NotModelled
 from .enums import ibv_wc_status
 
 __all__ = [
@@ -67,13 +68,16 @@ class PyverbsUserError(PyverbsError):
         super().__init__(msg)
 
 
-class NotModelledError(NotImplementedError):
+class NotModelledError(NotModelled):
     """A real pyverbs (or Mooncake) API the fake does not implement (design.md, "The fake's
     rules"): using it raises this, naming the coverage table, never a silent stand-in.
 
     The name itself exists, as on the real module (``hasattr`` is True, ``from pyverbs.mr
     import DmaBufMR`` works); only calling or instantiating it fails.
     """
+
+    docs = ("a row in docs/mooncake-verbs.md (what the real call does, with its evidence "
+            "label) and the call in kvreg's fake pyverbs or store")
 
 
 class UntrackedMemoryError(RuntimeError):

@@ -93,6 +93,11 @@ def render_junit(results: Sequence[_Result], *, known: Container[str] = (),
             counts["errors"] += 1
             el = ET.SubElement(case, "error", type="kvreg.error", message=_clean(first))
             el.text = _clean(detail)
+        elif r.verdict == "internal-error":   # kvreg's own bug, with its traceback
+            counts["errors"] += 1
+            el = ET.SubElement(case, "error", type="kvreg.internal-error",
+                               message=_clean(first))
+            el.text = _clean(f"{detail}\n{getattr(r, 'tb', '')}".rstrip())
         elif r.verdict == "skip":
             counts["skipped"] += 1
             ET.SubElement(case, "skipped", message=_clean(r.reason))

@@ -25,9 +25,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("demo", help="replay SGLang PR #36798: byte-offset chunk seams break "
                                 "page copies, page-aligned ones do not")
     from .plan import add_parser as add_plan
+    from .run import EXIT_CODES
     from .run import add_parsers as add_run
 
     add_run(sub)
+    parser.epilog = f"kvreg run's {EXIT_CODES}"
     add_plan(sub)
     from kvreg.realhw.cli import add_parser as add_fidelity
 

@@ -2,8 +2,10 @@
 
 Exit codes (public contract): 0 all selected scenarios pass; 1 at least one fails or errors;
 2 usage error or invalid scenario file (the message names the file and field; no
-traceback); 130 interrupted by Ctrl-C (the report is still written, complete: the scenarios
-not finished are ``skip`` with the reason). Each scenario runs in a supervised worker
+traceback); 3 kvreg itself broke on at least one scenario (an ``internal-error`` verdict,
+with its traceback: a bug in kvreg to report, never a verdict on the code under test);
+130 interrupted by Ctrl-C (the report is still written, complete: the scenarios not
+finished are ``skip`` with the reason). Each scenario runs in a supervised worker
 process (kvreg.harness.run.supervisor) under a time and a memory limit.
 """
 
@@ -33,18 +35,26 @@ from kvreg.harness.run.limits import (
     parse_size,
     parse_timeout,
 )
-from kvreg.harness.run.result import ScenarioResult
+from kvreg.harness.run.result import INTERNAL_ERROR, REPORT_REQUEST, ScenarioResult
 from kvreg.harness.scenario.format import Scenario, ScenarioError, bundled_root, load_paths
 
 from .checks import UsageError, positive_int
 from .run_extras import add_run_extras, finish, prepare
 
-__all__ = ["add_parsers", "run_list", "run_run", "scenario_paths", "select", "summary"]
+__all__ = ["EXIT_INTERNAL_ERROR", "add_parsers", "run_list", "run_run", "scenario_paths",
+           "select", "summary"]
+
+EXIT_INTERNAL_ERROR = 3   # kvreg broke: distinct from 1, so CI shows kvreg's bug as kvreg's
+EXIT_CODES = ("exit status: 0 every selected scenario passes (or fails only as --baseline "
+              "records); 1 a scenario fails or errors; 2 usage error or invalid scenario "
+              f"file; {EXIT_INTERNAL_ERROR} kvreg itself broke (an internal-error verdict: "
+              "please report it); 130 interrupted")
 
 
 def add_parsers(sub: Any) -> None:
     run = sub.add_parser("run", help="run scenarios against an implementation (default: the "
-                                     "bundled catalog against kvreg's reference)")
+                                     "bundled catalog against kvreg's reference)",
+                         epilog=EXIT_CODES)
     run.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                      help="scenario files or folders; 'bundled' is kvreg's catalog (the "
                           "default when no PATH is given)")
@@ -106,10 +116,15 @@ def select(scenarios: Sequence[Scenario], keyword: str | None) -> list[Scenario]
 
 
 def summary(results: Sequence[ScenarioResult]) -> dict[str, int]:
+    """The report's counts; kvreg's internal errors are errors, also counted on their own
+    (``internal_errors``, present only when there are some)."""
     count = {v: sum(1 for r in results if r.verdict == v) for v in ("pass", "fail", "error",
-                                                                      "skip")}
-    return {"total": len(results), "passed": count["pass"], "failed": count["fail"],
-            "errors": count["error"], "skipped": count["skip"]}
+                                                                      "skip", INTERNAL_ERROR)}
+    out = {"total": len(results), "passed": count["pass"], "failed": count["fail"],
+           "errors": count["error"] + count[INTERNAL_ERROR], "skipped": count["skip"]}
+    if count[INTERNAL_ERROR]:
+        out["internal_errors"] = count[INTERNAL_ERROR]
+    return out
 
 
 def _run_all(scenarios: list[Scenario], impl: Implementation, jobs: int,
@@ -154,10 +169,16 @@ def _table(results: Sequence[ScenarioResult], out: TextIO, show_trace: bool,
                       + (f" (x{w.count})" if w.count > 1 else "") + "\n")
         if show_trace and r.verdict == "fail" and r.trace_text:
             out.write("    " + r.trace_text.replace("\n", "\n    ") + "\n")
+        if r.verdict == INTERNAL_ERROR and r.tb:
+            out.write("    " + r.tb.replace("\n", "\n    ") + "\n")
     s = summary(results)
+    inside = s.get("internal_errors", 0)
     out.write(f"\n{s['passed']} passed, {s['failed']} failed"
               + (f", {s['errors']} errors" if s["errors"] else "")
+              + (f" ({inside} of them kvreg internal errors)" if inside else "")
               + (f", {s['skipped']} skipped" if s["skipped"] else "") + "\n")
+    if inside:
+        out.write(f"kvreg internal error in {inside} scenario(s): {REPORT_REQUEST}\n")
 
 
 def run_run(args: argparse.Namespace) -> int:
@@ -213,6 +234,10 @@ def run_run(args: argparse.Namespace) -> int:
         print("kvreg run: interrupted (Ctrl-C): the scenarios not finished are reported as "
               "skipped", file=sys.stderr)
         return 130
+    if counts.get("internal_errors"):
+        print(f"kvreg run: kvreg itself broke on {counts['internal_errors']} scenario(s) "
+              f"(exit {EXIT_INTERNAL_ERROR}); {REPORT_REQUEST}", file=sys.stderr)
+        return EXIT_INTERNAL_ERROR
     return code
 
 

@@ -20,12 +20,14 @@ from kvreg.harness.scenario.size_limits import REAL_LIMIT
 __all__ = ["REAL_LIMIT", "allocate", "data_headroom", "release"]
 
 
-def allocate(geometry: PoolGeometry, space: AddressSpace, *, real: bool = False) -> list[Any]:
+def allocate(geometry: PoolGeometry, space: AddressSpace, *, real: bool = False,
+             base_offset: int = 0) -> list[Any]:
     """One buffer object per ``geometry.buffers()`` entry, in order.
 
-    Real buffers are ``torch.zeros(shape, dtype)`` (torch imported here, not at load);
-    virtual buffers are tensors over reserved memory (``space.virtual``), ended by
-    :func:`release`.
+    Real buffers are ``torch.zeros(shape, dtype)`` (torch imported here, not at load), at
+    the base torch gives them; virtual buffers are tensors over reserved memory
+    (``space.virtual``), ended by :func:`release`, each ``base_offset`` bytes past a 2 MiB
+    boundary (0: aligned; scenarios/FORMAT.md ``base_offset`` for where torch puts them).
     """
     specs = geometry.buffers()
     if real:
@@ -41,22 +43,25 @@ def allocate(geometry: PoolGeometry, space: AddressSpace, *, real: bool = False)
             space.track(t, name=spec.name)
             out.append(t)
         return out
-    return [space.virtual(spec.shape, spec.dtype, name=spec.name) for spec in specs]
+    return [space.virtual(spec.shape, spec.dtype, name=spec.name, offset=base_offset)
+            for spec in specs]
 
 
-def allocate_pinnable(geometry: PoolGeometry, backend: Any) -> list[Any]:
+def allocate_pinnable(geometry: PoolGeometry, backend: Any, base_offset: int = 0) -> list[Any]:
     """Real, prefaulted host memory for the real-hardware tier, one torch tensor per buffer.
 
     ``backend.buffer(nbytes, name=)`` (kvreg.realhw's RealCuda) gives page-aligned, touched
     memory; the tensor views it with the pool's dtype and shape, so SGLang-style code sees
     the tensor it would see in production. No size limit: the caller sized the scenario to
-    the machine (kvreg.realhw.sizing).
+    the machine (kvreg.realhw.sizing). With ``base_offset`` each tensor begins that many
+    bytes into its memory, as torch's own large tensors do.
     """
     import torch
 
     out = []
     for spec in geometry.buffers():
-        raw = backend.buffer(max(spec.nbytes, 1), name=spec.name)[:spec.nbytes]
+        raw = backend.buffer(max(spec.nbytes + base_offset, 1),
+                             name=spec.name)[base_offset:base_offset + spec.nbytes]
         t = torch.from_numpy(raw).view(getattr(torch, spec.dtype.name)).reshape(spec.shape)
         out.append(t)
     return out

@@ -7,14 +7,16 @@ first one printed is the first thing that went wrong.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvreg.fakes.cuda.errors import error_name, error_string
+from kvreg.fakes.cuda.cuda_python_face import pointer_arg
+from kvreg.fakes.cuda.errors import CUDART_UNLOADING, error_name, error_string
 from kvreg.fakes.recorder import TraceEntry
 from kvreg.harness.pools import BufferSpec, PoolGeometry
 from kvreg.harness.pools.families import extent_at
 from kvreg.harness.run.endstate import (
+    PROGRAMMING_ERRORS,
     BufferEnd,
     FailedCall,
     Pending,
@@ -31,7 +33,8 @@ from kvreg.harness.run.result import Violation, whole_message
 
 from .seam_cuts import FLIP, check_cuda_seams, cuts_of
 
-__all__ = ["BufferRun", "RunRecord", "Violation", "buffer_ends", "check_run", "check_warnings"]
+__all__ = ["BufferRun", "RunRecord", "Violation", "buffer_ends", "check_run", "check_warnings",
+           "plain_trace"]
 
 GiB = 1 << 30
 # a registration is the runtime call or its driver twin (docs/cuda-runtime.md §2.1)
@@ -75,15 +78,52 @@ class RunRecord:
     pending: list[Pending] = field(default_factory=list)   # last errors left per runtime
     # the device profile's [UNC] copy rule (docs/cuda-runtime.md §5.4): decides seams-aligned
     copy_across: str = "reject"
+    plain: bool = False                    # trace arguments made plain ints (plain_trace)
+
+
+def _address(value: Any) -> int:
+    """A recorded pointer or size as the runtime read it: ctypes hands a NULL ``void *`` to
+    Python as None, code may pass a ``c_void_p`` or an object with ``__int__``
+    (``CUdeviceptr``) or a buffer (cuda-python's conversion, docs/cuda-runtime.md §9)."""
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return int(value)
+    return pointer_arg(value)
+
+
+def plain_trace(trace: list[TraceEntry]) -> list[TraceEntry]:
+    """``trace`` with the registration calls' pointers and sizes as ints (NULL is 0), as the
+    runtime read them: every value the real API accepts can be judged."""
+    out = []
+    for e in trace:
+        if e.api in REGISTER_APIS | UNREGISTER_APIS and not all(
+                type(a) is int for a in e.args[:2]):
+            e = replace(e, args=tuple(_address(a) if i < 2 else a
+                                      for i, a in enumerate(e.args)))
+        out.append(e)
+    return out
+
+
+def _plain(r: RunRecord) -> None:
+    if not r.plain:
+        r.trace, r.plain = plain_trace(r.trace), True
 
 
 def _where(record: RunRecord, ptr: int) -> str:
+    if ptr == 0:
+        return "NULL"
     for b in record.buffers:
         if b.base <= ptr < b.base + max(b.spec.nbytes, 1):
             return f"{b.spec.name}+{ptr - b.base:#x}"
     for b in record.buffers:
         if ptr == b.base + b.spec.nbytes:   # one past the end (e.g. an empty trailing chunk)
             return f"{b.spec.name}+{ptr - b.base:#x} (the end of {b.spec.name})"
+    for b in record.buffers:   # a base rounded down to an alignment the tensor does not have
+        if b.base - (2 << 20) <= ptr < b.base:
+            odd = f", whose base {b.base:#x} is not 2 MiB-aligned" if b.base % (2 << 20) else ""
+            gap = b.base - ptr
+            return f"{b.spec.name}-{gap:#x} ({gap} bytes before {b.spec.name}{odd})"
     return f"{ptr:#x} (outside every pool buffer)"
 
 
@@ -101,6 +141,7 @@ def _exc(e: BaseException) -> str:
 
 def check_run(r: RunRecord) -> list[Violation]:
     """All violations of a run, first one first."""
+    _plain(r)
     out: list[Violation] = []
     regs = [e for e in r.trace if e.api in REGISTER_APIS]
     unregs = [e for e in r.trace if e.api in UNREGISTER_APIS]
@@ -183,8 +224,12 @@ def check_run(r: RunRecord) -> list[Violation]:
                                      f"rejected the granularity with {_exc(b.error)}; expected "
                                      "ValueError", b.seq_end))
     # expect == "register-error": the failure paths are judged by the rules below; when the
-    # scenario's fault never fires (fewer calls than it assumed), success is expected instead
-    if r.expect == "register-error" and not failed_codes and r.budget_hit is None:
+    # scenario's fault never fires (fewer calls than it assumed, or code that never makes the
+    # query it targets), success is expected instead; a fault that fired on a query verifying
+    # a chunk (cudaHostGetDevicePointer, ...) is the scenario's register error too
+    fired = failed_codes or [e for e in r.trace if e.injected and e.code
+                             and e.seq < register_phase_end and e.api not in UNREGISTER_APIS]
+    if r.expect == "register-error" and not fired and r.budget_hit is None:
         for b in r.buffers:
             if b.error is not None:
                 out.append(Violation("unexpected-error", _explain_error(r, b), b.seq_end))
@@ -215,6 +260,8 @@ def check_run(r: RunRecord) -> list[Violation]:
         if e.code == 0:
             live.pop(ptr, None)
             released[ptr] = released.get(ptr, 0) + 1
+        elif ptr == 0:
+            continue    # NULL was never registered: nothing lost (a warning, _null_unregisters)
         elif e.code in (1, 713):
             why = ("was already released" if released.get(ptr) else
                    "is inside a registration, not its base" if e.code == 1 else
@@ -224,8 +271,12 @@ def check_run(r: RunRecord) -> list[Violation]:
                                  f"({e.code} {error_name(e.code)})", e.seq))
 
     # nothing left registered, except what an injected rollback failure pinned for good
-    # while register raised (its exception is how the caller learns of it)
+    # while register raised (its exception is how the caller learns of it), and what the
+    # runtime releases itself as it unloads (a warning: _unloading_warnings)
+    unloading = _unloading(r)
     for ptr, size in r.live_end:
+        if ptr in unloading:
+            continue
         owner = _owner(r, ptr, size)
         if ptr in rollback_injected:
             if owner is not None and owner.error is None and owner.spec.name in swallowed:
@@ -255,7 +306,9 @@ def check_run(r: RunRecord) -> list[Violation]:
     for rnd, idx, err in r.teardown_errors:
         injected = any(e.injected for e in unregs if r.teardown_start is not None
                        and e.seq >= r.teardown_start)
-        if not injected:
+        # a teardown may raise to report an injected unregister failure; a TypeError and its
+        # kin are the code's own bug whatever else went wrong (its other rules fire too)
+        if not injected or type(err).__name__ in PROGRAMMING_ERRORS:
             out.append(Violation("teardown-raised", f"teardown #{rnd + 1} of "
                                  f"{r.buffers[idx].spec.name} raised {_exc(err)}", 1 << 42))
     out.sort(key=lambda v: v.seq)
@@ -265,6 +318,7 @@ def check_run(r: RunRecord) -> list[Violation]:
 def buffer_ends(r: RunRecord) -> list[BufferEnd]:
     """Each buffer as its register left it: live registrations replayed from the trace up to
     teardown, the failed registration calls it made, what it raised."""
+    _plain(r)
     stop = r.teardown_start if r.teardown_start is not None else 1 << 62
     events = [("reg" if e.api in REGISTER_APIS else "unreg", int(e.args[0]),
                int(e.args[1]) if e.api in REGISTER_APIS else 0, e.code == 0)
@@ -308,7 +362,8 @@ def _fell_back(r: RunRecord, ends: list[BufferEnd]) -> bool:
 
 
 def check_warnings(r: RunRecord) -> list[Violation]:
-    """What passes but deserves a line in the report: recovered failures, pending errors."""
+    """What passes but deserves a line in the report: recovered failures, pending errors,
+    unregisters of NULL."""
     ends = buffer_ends(r)
     specs = r.geometry.buffers()
     families = r.geometry.extent_families() if r.geometry.has_page_meta else None
@@ -316,8 +371,42 @@ def check_warnings(r: RunRecord) -> list[Violation]:
         e, specs[_index(r, e)], families, _index(r, e))))
     out += _seams(r, ends)[1]
     out += check_error_pending(r.pending, fallback=_fell_back(r, ends))[1]
+    out += _null_unregisters(r)
+    out += _unloading_warnings(r)
     out.sort(key=lambda v: v.seq)
     return out
+
+
+def _unloading(r: RunRecord) -> dict[int, TraceEntry]:
+    """The live chunks whose last cudaHostUnregister returned cudaErrorCudartUnloading: the
+    runtime is shutting down and its teardown releases the process's pinned memory, so a
+    chunk forgotten then costs nothing (docs/cuda-runtime.md §3.1)."""
+    last: dict[int, TraceEntry] = {}
+    for e in r.trace:
+        if e.api in UNREGISTER_APIS:
+            last[int(e.args[0])] = e
+    live = {ptr for ptr, _ in r.live_end}
+    return {ptr: e for ptr, e in last.items() if ptr in live and e.code == CUDART_UNLOADING}
+
+
+def _unloading_warnings(r: RunRecord) -> list[Violation]:
+    unloading = _unloading(r)
+    return [Violation("unregister-unloading", f"chunk [{_where(r, ptr)}, +{size}) is still "
+                      f"registered: its last cudaHostUnregister (call #{e.seq + 1}) returned "
+                      f"{CUDART_UNLOADING} {error_name(CUDART_UNLOADING)}; harmless, the "
+                      "runtime is unloading and releases pinned memory as it goes", e.seq)
+            for ptr, size in r.live_end if (e := unloading.get(ptr)) is not None]
+
+
+def _null_unregisters(r: RunRecord) -> list[Violation]:
+    """cudaHostUnregister(NULL) (an empty buffer's data_ptr(), ctypes' None): the runtime
+    answers an error (docs/cuda-runtime.md §3) and nothing was registered at NULL, so nothing
+    is lost; the error it leaves is error-pending's to judge."""
+    return [Violation("unregister-null", f"call #{e.seq + 1} unregisters NULL, which is never "
+                      f"registered: the runtime answers {e.code} {error_name(e.code or 0)} and "
+                      "nothing is released", e.seq)
+            for e in r.trace if e.api in UNREGISTER_APIS and e.code and not e.injected
+            and int(e.args[0]) == 0]
 
 
 def _rollback(r: RunRecord, b: BufferRun, pinned_by_fault: set[int]) -> str:

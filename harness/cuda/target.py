@@ -12,13 +12,14 @@ restored whatever happens.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from contextlib import AbstractContextManager, ExitStack
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from kvreg.fakes.cuda.fake_cuda import FakeCuda
 from kvreg.fakes.cuda.profile import profile_with_options
 from kvreg.fakes.patching import TORCH_DOOR, patch_torch_cudart, torch_cudart_facade
 from kvreg.harness.plan.chunking import PlanError, reference_unit
+from kvreg.harness.run.budget import CallBudget
 from kvreg.harness.run.endstate import Pending, summarize_exception
 from kvreg.harness.run.isolation import env_var
 from kvreg.harness.run.progress import Progress
@@ -100,6 +101,11 @@ class CudaWorld:
         self.families = (record.geometry.extent_families() if record.geometry.has_page_meta
                          else None)
         self.progress = Progress()
+        self.budget: CallBudget | None = None     # counts the implementation's calls
+
+    def _implementation(self) -> AbstractContextManager[Any]:
+        """Where the implementation's code runs: its calls spend the call budget."""
+        return self.budget.implementation() if self.budget is not None else nullcontext()
 
     def isolation(self) -> AbstractContextManager[Any]:
         chunk_gb = chunk_env(self.sc)
@@ -136,8 +142,9 @@ class CudaWorld:
             b.seq_start = next_seq(fake)
             self.progress.step("register", b.spec.name)
             try:
-                b.handle = impl.register(cudart, self.buffers[b.index], b.spec, b.granularity,
-                                         sc.chunk_limit)
+                with self._implementation():
+                    b.handle = impl.register(cudart, self.buffers[b.index], b.spec,
+                                             b.granularity, sc.chunk_limit)
                 b.registered = True
             except (CallBudgetExceeded, MemoryError):
                 raise
@@ -182,14 +189,16 @@ class CudaWorld:
                 continue
             self.progress.step(f"teardown round {round_ + 1}", b.spec.name)
             try:
-                impl.teardown(self.cudart(), self.buffers[b.index], b.handle)
+                with self._implementation():
+                    impl.teardown(self.cudart(), self.buffers[b.index], b.handle)
             except (CallBudgetExceeded, MemoryError):
                 raise
             except Exception as exc:
                 self.record.teardown_errors.append((round_, b.index, exc))
 
     def budget_spent(self) -> None:
-        self.record.budget_hit = len(self.fake.trace)
+        self.record.budget_hit = (self.budget.spent if self.budget is not None
+                                  else len(self.fake.trace))
 
     def finish(self) -> None:
         self.fake.trace.observer = None
@@ -247,15 +256,16 @@ class CudaTarget:
             if fake is None:
                 raise SkipScenario(str(why_not))
             buffers = (empty_buffers(fake.space, specs) if sc.empty
-                       else allocate_pinnable(geometry, fake))
+                       else allocate_pinnable(geometry, fake, sc.base_offset))
         else:
             fake = FakeCuda(profile_with_options(sc.profile, dict(sc.profile_options)))
             buffers = (empty_buffers(fake.space, specs) if sc.empty
-                       else allocate(geometry, fake.space, real=sc.memory == "real"))
+                       else allocate(geometry, fake.space, real=sc.memory == "real",
+                                     base_offset=sc.base_offset))
         for spec_dict in sc.faults:
             fake.faults.arm_from_dict(spec_dict)
-        budget = CallBudgetExceeded(f"call budget of {sc.call_budget} runtime calls spent")
-        fake.faults.arm("cudart.*", raise_=budget, after=sc.call_budget)
+        # the implementation's calls only: kvreg's copy step and checks spend none of it
+        budget = CallBudget(fake.faults, "cudart.*", sc.call_budget, "runtime")
         runs: list[BufferRun] = []
         for i, spec in enumerate(specs):
             if not spec.cuda_registered:
@@ -273,7 +283,9 @@ class CudaTarget:
                 b.unit = reference_unit(b.spec, sc.chunk_limit, families, b.index)[0]
             except PlanError:
                 b.unit = None
-        return CudaWorld(sc, fake, buffers, record, real_hw)
+        world = CudaWorld(sc, fake, buffers, record, real_hw)
+        world.budget = budget
+        return world
 
 
 TARGET = CudaTarget()

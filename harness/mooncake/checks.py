@@ -1,21 +1,26 @@
 """The rules a Mooncake scenario is judged by: each broken rule is a sentence.
 
 The same rules as the CUDA target's (harness/cuda/checks.py), read from the fake fabric's trace of
-``register_buffer`` / ``unregister_buffer`` calls: every MR inside its buffer and no larger
-than the effective limit (docs/mooncake-verbs.md §1.6), failures raised and rolled back, every
-page stored and read back (§1.7), every MR released exactly once by its exact base (§1.5
-step 5), nothing left registered. Messages name the buffer and offset, the call and the
-ErrorCode, so a user can act on the first one.
+``register_buffer`` / ``unregister_buffer`` calls: every MR inside its buffer, failures raised
+and rolled back, every page stored and read back (§1.7), every MR released exactly once by its
+exact base (§1.5 step 5), nothing left registered. A call above the effective MR limit
+(docs/mooncake-verbs.md §1.6) is judged by what came of it, as on the real store: released
+Mooncake refuses it with -600 and registers nothing, so it is a fault only where register()
+stopped there (``mr-over-limit``); a store that accepts it leaves the transfers to judge.
+Messages name the buffer and offset, the call and the ErrorCode, so a user can act on the
+first one.
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvreg.fakes.mooncake.errors import error_name
 from kvreg.fakes.recorder import TraceEntry
 from kvreg.harness.run.endstate import (
+    PROGRAMMING_ERRORS,
     BufferEnd,
     FailedCall,
     Raised,
@@ -71,8 +76,10 @@ class McRecord:
     pinning: str = "required"           # "optional": registering nothing also passes
     seams_matter: bool = True           # False where the store splits slices at MR seams
     # the transfer engine cuts a registration above max_mr_size into MRs itself (HEAD #2644,
-    # docs/mooncake-verbs.md §1.6): one call above the limit is then no fault
+    # docs/mooncake-verbs.md §1.6); informational: the transfers judge an accepted call
     engine_splits_mrs: bool = False
+    # buffer_ends' answer, once the record is complete (the checks and the warnings share it)
+    ends: list[BufferEnd] | None = field(default=None, repr=False, compare=False)
 
 
 def seam_in_uncopied_bytes(r: McRecord, end: BufferEnd, offset: int) -> bool:
@@ -118,8 +125,8 @@ def check_mooncake_run(r: McRecord) -> list[Violation]:
     if r.budget_hit is not None:
         out.append(Violation("call-budget", f"stopped after {r.budget_hit} store calls: the "
                              "implementation loops or never finishes", 0))
-    _check_calls(r, regs, out)
     ends = buffer_ends(r)
+    _check_calls(r, regs, out, ends)
     swallowed = _check_failures(r, regs, out, ends)
     out += check_registered(ends, r.pinning, skip=swallowed)
     if r.seams_matter:
@@ -133,35 +140,89 @@ def check_mooncake_run(r: McRecord) -> list[Violation]:
     for rnd, b, err in r.teardown_errors:
         injected = any(e.injected for e in unregs
                        if r.teardown_start is not None and e.seq >= r.teardown_start)
-        if not injected:
+        # a teardown may raise to report an injected unregister failure; a TypeError and its
+        # kin are the code's own bug whatever else went wrong (its other rules fire too)
+        if not injected or type(err).__name__ in PROGRAMMING_ERRORS:
             out.append(Violation("teardown-raised", f"teardown #{rnd + 1} of {b.pool.label} "
                                  f"raised {_exc(err)}", 1 << 42))
     out.sort(key=lambda v: v.seq)
     return out
 
 
-def _check_calls(r: McRecord, regs: list[TraceEntry], out: list[Violation]) -> None:
-    """Every register_buffer: non-empty, inside one pool buffer, within the MR limit."""
+def _check_calls(r: McRecord, regs: list[TraceEntry], out: list[Violation],
+                 ends: list[BufferEnd]) -> None:
+    """Every register_buffer: non-empty, inside one pool buffer; above the MR limit only
+    where the store refused it and register() stopped there (:func:`_gave_up_over_limit`).
+    One pass: a pool of thousands of MRs costs its calls."""
+    starts = [b.seq_start for b in r.buffers]      # register() windows, in call order
+    last_failed: dict[int, int] = {}               # buffer index -> its last failed call
+    for e in regs:
+        i = bisect.bisect_right(starts, e.seq) - 1
+        if e.code and i >= 0 and e.seq < r.buffers[i].seq_end:
+            last_failed[i] = e.seq
     for e in regs:
         node, ptr, size = _node(e), int(e.args[0]), int(e.args[1])
-        call = f"call #{e.seq + 1} register_buffer({_where(r, node, ptr)}, {size})"
         if size == 0:
-            out.append(Violation("register-size-zero", f"{call} registers 0 bytes (the store "
-                                 "rejects it with -600 INVALID_PARAMS)", e.seq))
+            out.append(Violation("register-size-zero", f"{_call(r, e)} registers 0 bytes (the "
+                                 "store rejects it with -600 INVALID_PARAMS)", e.seq))
             continue
         if _owner(r, node, ptr, size) is None:
-            out.append(Violation("range-outside-buffer", f"{call} is not inside one pool "
-                                 "buffer", e.seq))
-        elif size > r.limit and (r.store_limited or not r.engine_splits_mrs):
+            out.append(Violation("range-outside-buffer", f"{_call(r, e)} is not inside one "
+                                 "pool buffer", e.seq))
+        elif size > r.limit and (outcome := _gave_up_over_limit(r, e, ends, starts,
+                                                                 last_failed)):
             tail = (": released Mooncake rejects it with -600 INVALID_PARAMS and registers "
-                    "nothing (§1.6)" if r.store_limited and e.code == INVALID else "")
-            out.append(Violation("mr-over-limit", f"{call} asks for one MR of {size} bytes, "
-                                 f"above the effective MR limit {r.limit} (MC_MAX_MR_SIZE or "
-                                 f"1 TiB, lowered to every device's max_mr_size){tail}", e.seq))
+                    "nothing (§1.6)" if e.code == INVALID and not e.injected else "")
+            out.append(Violation("mr-over-limit", f"{_call(r, e)} asks for one MR of {size} "
+                                 f"bytes, above the effective MR limit {r.limit} "
+                                 "(MC_MAX_MR_SIZE or 1 TiB, lowered to every device's "
+                                 f"max_mr_size){tail}; {outcome}", e.seq))
+
+
+def _call(r: McRecord, e: TraceEntry) -> str:
+    return (f"call #{e.seq + 1} register_buffer({_where(r, _node(e), int(e.args[0]))}, "
+            f"{int(e.args[1])})")
+
+
+def _gave_up_over_limit(r: McRecord, e: TraceEntry, ends: list[BufferEnd],
+                        starts: list[int], last_failed: dict[int, int]) -> str:
+    """What register() made of an over-limit call ``e``, when that is the fault ("" when
+    it is not), judged by what came of the call.
+
+    A store that checks the limit (released, §1.5 step 1, §1.6) refuses the call and
+    registers nothing: trying the whole buffer and falling back to MR-sized chunks on -600
+    is correct, and so is any later failure's rollback; the call is the fault only when it
+    is the last failure of its buffer's register() and that buffer did not end registered
+    (register() raised it, or returned with the buffer not covered). A store that does not
+    check accepted the MR (HEAD splits it into MRs, §1.6): the transfers judge it.
+    ``starts`` and ``last_failed``: each register() window's first call, and the last
+    failed call in it, by buffer index.
+    """
+    if not r.store_limited or not e.code:
+        return ""
+    i = bisect.bisect_right(starts, e.seq) - 1
+    if i < 0 or e.seq >= r.buffers[i].seq_end:
+        return "it was made outside register()"
+    b = r.buffers[i]
+    if last_failed.get(i) != e.seq:
+        return ""           # a later call failed: register() is judged by that failure
+    if b.error is not None:
+        return (f"register() of {b.pool.label} gave up there and raised "
+                "(register MR-sized chunks instead, or after the refusal)")
+    end = next(x for x in ends if x.label == b.pool.label and x.base == b.pool.base)
+    if fully_registered(end) or _fell_back(r, ends):
+        return ""           # the refusal registered nothing and register() recovered
+    return (f"register() of {b.pool.label} returned with the refused bytes unregistered "
+            "(register MR-sized chunks instead, or after the refusal)")
 
 
 def _failing(r: McRecord, regs: list[TraceEntry], b: McBuffer) -> list[TraceEntry]:
-    return [e for e in regs if e.code and b.seq_start <= e.seq < b.seq_end]
+    """The failed register_buffer calls of ``b``'s register(), but an over-limit refusal a
+    later call went past: the store registered nothing for it (the whole buffer tried first,
+    §1.6), so what register() did afterwards is the failure to name."""
+    failed = [e for e in regs if e.code and b.seq_start <= e.seq < b.seq_end]
+    return [e for i, e in enumerate(failed) if i == len(failed) - 1
+            or not (r.store_limited and int(e.args[1]) > r.limit)]
 
 
 def _explain(r: McRecord, regs: list[TraceEntry], b: McBuffer) -> str:
@@ -182,28 +243,42 @@ def _explain(r: McRecord, regs: list[TraceEntry], b: McBuffer) -> str:
 
 def buffer_ends(r: McRecord) -> list[BufferEnd]:
     """Each buffer as its register left it: the MRs live when teardown began, replayed from
-    the trace, the failed register_buffer calls it made, what it raised."""
+    the trace, the failed register_buffer calls it made, what it raised.
+
+    One pass over the trace and one sort of each node's live MRs; each buffer takes its
+    slice of them by bisect (a pool of thousands of MRs costs its MRs, not MRs x buffers).
+    Computed once per record (the checks and the warnings both read it)."""
+    if r.ends is not None:
+        return r.ends
     stop = r.teardown_start if r.teardown_start is not None else 1 << 62
-    calls = [e for e in r.trace if e.face.startswith("mooncake:") and e.seq < stop
-             and e.api in ("register_buffer", "unregister_buffer")]
-    live_by_node: dict[str, dict[int, int]] = {}
-    for node in {_node(e) for e in calls}:
-        live_by_node[node] = live_ranges(
-            ("reg" if e.api == "register_buffer" else "unreg", int(e.args[0]),
-             int(e.args[1]) if e.api == "register_buffer" else 0, e.code == 0)
-            for e in calls if _node(e) == node)
+    events: dict[str, list[tuple[str, int, int, bool]]] = {}
+    failed_by_node: dict[str, list[TraceEntry]] = {}
+    for e in r.trace:
+        if e.seq >= stop or e.api not in ("register_buffer", "unregister_buffer") \
+                or not e.face.startswith("mooncake:"):
+            continue
+        node, reg = _node(e), e.api == "register_buffer"
+        events.setdefault(node, []).append(("reg" if reg else "unreg", int(e.args[0]),
+                                            int(e.args[1]) if reg else 0, e.code == 0))
+        if reg and e.code:
+            failed_by_node.setdefault(node, []).append(e)
+    live_by_node = {node: sorted(live_ranges(ev).items()) for node, ev in events.items()}
+    starts_by_node = {node: [q for q, _ in live] for node, live in live_by_node.items()}
     out = []
     for b in r.buffers:
         p = b.pool
-        live = live_by_node.get(p.node, {})
+        live, starts = live_by_node.get(p.node, []), starts_by_node.get(p.node, [])
+        # MRs never overlap: the one before the buffer's base may reach into it
+        lo = max(bisect.bisect_left(starts, p.base) - 1, 0)
+        hi = bisect.bisect_left(starts, p.base + p.nbytes)
         failed = [FailedCall(e.seq, "register_buffer", int(e.args[0]), int(e.args[1]),
                              int(e.code or 0), error_name(int(e.code or 0)))
-                  for e in calls if e.api == "register_buffer" and e.code
-                  and _node(e) == p.node and b.seq_start <= e.seq < b.seq_end]
+                  for e in failed_by_node.get(p.node, []) if b.seq_start <= e.seq < b.seq_end]
         out.append(BufferEnd(p.label, p.base, p.nbytes, b.granularity or None,
                              b.registered and b.error is None, b.raised, b.seq_end,
-                             [(q, s) for q, s in sorted(live.items())
+                             [(q, s) for q, s in live[lo:hi]
                               if q < p.base + p.nbytes and q + s > p.base], failed, "MR"))
+    r.ends = out
     return out
 
 

@@ -8,6 +8,7 @@ side, §5.3). Released Mooncake only: HEAD's register_buffer publishes no rkey (
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -84,16 +85,25 @@ def _connect(x: _Endpoint, y: _Endpoint) -> None:
     x.qp.to_rts(attr)
 
 
-def _mr_at(ranges: list[MrRange], ptr: int) -> MrRecord | None:
-    return next((r[2] for r in ranges if r[0] <= ptr < r[1]), None)
+def _mr_at(ranges: list[MrRange], starts: list[int], ptr: int) -> MrRecord | None:
+    """The MR whose range holds ``ptr``: ``ranges`` sorted by start (they never overlap),
+    ``starts`` their starts; a bisect, so a page costs log(MRs), not MRs."""
+    i = bisect.bisect_right(starts, ptr) - 1
+    return ranges[i][2] if i >= 0 and ptr < ranges[i][1] else None
 
 
 def pd_transfer(fake: FakeMooncake, geometry: PoolGeometry, src: Sequence[PoolBuffer],
-                dst: Sequence[PoolBuffer], pages: Int64s) -> tuple[int, IoFailure | None]:
-    """RDMA WRITE every page extent from ``src`` (prefill) into ``dst`` (decode)."""
+                dst: Sequence[PoolBuffer], pages: Int64s,
+                ranges: tuple[list[MrRange], list[MrRange]] | None = None
+                ) -> tuple[int, IoFailure | None]:
+    """RDMA WRITE every page extent from ``src`` (prefill) into ``dst`` (decode).
+
+    ``ranges``: the two nodes' :func:`mr_ranges` (prefill, decode), if the caller has them."""
     fill_pattern(src, 11)
     s_node, d_node = src[0].node, dst[0].node
-    s_rng, d_rng = mr_ranges(fake, s_node), mr_ranges(fake, d_node)
+    s_rng, d_rng = ranges if ranges is not None else (mr_ranges(fake, s_node),
+                                                      mr_ranges(fake, d_node))
+    s_starts, d_starts = [x[0] for x in s_rng], [x[0] for x in d_rng]
     ext = geometry.page_extents(pages)
     if not len(ext):
         return 0, None
@@ -111,7 +121,7 @@ def pd_transfer(fake: FakeMooncake, geometry: PoolGeometry, src: Sequence[PoolBu
             buf, off, size = int(ext.buffer[r]), int(ext.offset[r]), int(ext.size[r])
             page = int(ext.page[r])
             lptr, rptr = src[buf].base + off, dst[buf].base + off
-            lmr, rmr = _mr_at(s_rng, lptr), _mr_at(d_rng, rptr)
+            lmr, rmr = _mr_at(s_rng, s_starts, lptr), _mr_at(d_rng, d_starts, rptr)
             if lmr is None or rmr is None:
                 bufs, rng = (src, s_rng) if lmr is None else (dst, d_rng)
                 return sent, IoFailure(

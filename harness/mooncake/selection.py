@@ -32,8 +32,8 @@ if TYPE_CHECKING:   # io.py calls select_pages: types only from there
 
 Int64s = npt.NDArray[np.int64]
 
-__all__ = ["EDGES_AND_SAMPLE", "EVERY_PAGE", "OUTSIDE_ONE_MR", "PageSelection",
-           "buffer_mr_edges", "family_object_stride", "select_pages"]
+__all__ = ["EDGES_AND_SAMPLE", "EDGES_OUTSIDE_ONE_MR", "EVERY_PAGE", "OUTSIDE_ONE_MR",
+           "PageSelection", "buffer_mr_edges", "family_object_stride", "select_pages"]
 
 EVERY_PAGE = "every page"
 OUTSIDE_ONE_MR = ("every page checked against the MRs; sent: the pages not inside one MR, "
@@ -41,6 +41,11 @@ OUTSIDE_ONE_MR = ("every page checked against the MRs; sent: the pages not insid
 EDGES_AND_SAMPLE = ("pages touching an MR seam or edge, one page per gap between edges, first "
                     "and last page of each buffer, and a seeded sample; the rest lie strictly "
                     "inside a gap whose sent page has the same MR cover")
+EDGES_OUTSIDE_ONE_MR = ("of the pages touching an MR seam or edge or opening a gap between "
+                        "edges, those not inside one MR; the first and last page of each "
+                        "buffer, and a seeded sample; a page inside one MR moves on every "
+                        "transfer path, and the rest lie strictly inside a gap whose page has "
+                        "the same MR cover")
 _RESIDUE_CHUNK = 1 << 20    # pages per step of the object-stride residue walk
 
 
@@ -82,11 +87,13 @@ def _inside_one(ranges: Sequence[MrRange], starts: Int64s,
     return ok
 
 
-def _walk(geometry: PoolGeometry, pools: Sequence[Sequence[PoolBuffer]],
-          ranges: Sequence[Sequence[MrRange]]) -> Int64s:
-    """The per-page reference: the pages with an extent not inside one MR, first and last."""
-    ext = geometry.page_extents()
-    chosen = [np.array([0, geometry.page_count - 1], dtype=np.int64)]
+def _outside_one(geometry: PoolGeometry, pools: Sequence[Sequence[PoolBuffer]],
+                 ranges: Sequence[Sequence[MrRange]], pages: Int64s | None = None) -> Int64s:
+    """The pages (of ``pages``, default all) with an extent not inside one MR on some node:
+    a searchsorted of the extents over the sorted MR starts, so the cost is the extents'
+    and the MRs' count, never their product."""
+    ext = geometry.page_extents() if pages is None else geometry.page_extents(pages)
+    chosen = [np.zeros(0, dtype=np.int64)]
     for bufs, rng in zip(pools, ranges, strict=True):
         bases = np.array([b.base for b in bufs], dtype=np.int64)
         starts = bases[ext.buffer] + ext.offset
@@ -94,13 +101,22 @@ def _walk(geometry: PoolGeometry, pools: Sequence[Sequence[PoolBuffer]],
     return np.unique(np.concatenate(chosen))
 
 
+def _walk(geometry: PoolGeometry, pools: Sequence[Sequence[PoolBuffer]],
+          ranges: Sequence[Sequence[MrRange]]) -> Int64s:
+    """The per-page reference: the pages with an extent not inside one MR, first and last."""
+    return np.union1d(_outside_one(geometry, pools, ranges),
+                      np.array([0, geometry.page_count - 1], dtype=np.int64))
+
+
 def _family_pages(f: ExtentFamily, edges: Int64s, rng: np.random.Generator,
-                  sample: int) -> Int64s:
+                  sample: int) -> tuple[Int64s, Int64s]:
+    """(the pages next to the edges inside the family, its first and last page and a
+    seeded sample of ``sample`` pages)."""
     inside = edges[(edges >= f.base) & (edges <= f.span_end)]
-    picks = [touching_pages(f, inside), np.array([0, f.count - 1], dtype=np.int64)]
+    anchors = [np.array([0, f.count - 1], dtype=np.int64)]
     if sample:
-        picks.append(rng.integers(0, f.count, size=min(sample, f.count), dtype=np.int64))
-    return np.unique(np.concatenate(picks))
+        anchors.append(rng.integers(0, f.count, size=min(sample, f.count), dtype=np.int64))
+    return touching_pages(f, inside), np.unique(np.concatenate(anchors))
 
 
 def select_pages(geometry: PoolGeometry, pools: Sequence[Sequence[PoolBuffer]],
@@ -108,7 +124,10 @@ def select_pages(geometry: PoolGeometry, pools: Sequence[Sequence[PoolBuffer]],
                  walk_below: int = COPY_ALL_BELOW, sample: int = SAMPLE) -> PageSelection:
     """The pages to move on nodes whose buffers are ``pools`` and MRs ``ranges``.
 
-    ``walk_below``: at or below this many page-meta rows every page is walked.
+    ``walk_below``: at or below this many page-meta rows every page is walked. Above it a
+    virtual pool sends, of the pages at the edges, only those not inside one MR (as the walk
+    does): a pool of thousands of correct MRs then moves about as many pages as one of a few
+    MRs; a real pool sends every page at the edges, whose bytes are compared.
     """
     count = geometry.page_count
     if not geometry.has_page_meta:
@@ -123,8 +142,15 @@ def select_pages(geometry: PoolGeometry, pools: Sequence[Sequence[PoolBuffer]],
     rng = np.random.default_rng(seed)
     per_family = max(1, sample // len(fams)) if sample else 0
     picked = [_family_pages(f, edges[f.buffer], rng, per_family) for f in fams]
-    pages = np.unique(np.concatenate(picked))
-    return PageSelection(pages[pages < count], count, EDGES_AND_SAMPLE)
+    at_edges = np.unique(np.concatenate([p for p, _ in picked]))
+    anchors = np.unique(np.concatenate([a for _, a in picked]))
+    if real:
+        pages, method = np.union1d(at_edges, anchors), EDGES_AND_SAMPLE
+    else:
+        at_edges = at_edges[at_edges < count]
+        pages = np.union1d(_outside_one(geometry, pools, ranges, at_edges), anchors)
+        method = EDGES_OUTSIDE_ONE_MR
+    return PageSelection(pages[pages < count], count, method)
 
 
 def family_object_stride(copy_unit: int, families: Sequence[ExtentFamily], index: int) -> int:

@@ -32,8 +32,8 @@ Options (the scenario's ``mooncake`` table), all optional:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from contextlib import AbstractContextManager, ExitStack
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +41,7 @@ from kvreg.fakes.mooncake import STORE_PROFILES, FakeMooncake
 from kvreg.fakes.verbs.profiles import get_nic_profile
 from kvreg.harness.cuda.buffers import release
 from kvreg.harness.pools import GeometryError, PoolGeometry
+from kvreg.harness.run.budget import CallBudget
 from kvreg.harness.run.endstate import summarize_exception
 from kvreg.harness.run.isolation import env_var
 from kvreg.harness.run.progress import Progress
@@ -228,7 +229,8 @@ def _next_seq(fake: FakeMooncake) -> int:
 
 
 def _register(run: _Run, impl: Implementation, nodes: tuple[str, ...],
-              progress: Progress, own_limit: bool = False) -> bool:
+              progress: Progress, own_limit: bool = False,
+              counting: Callable[[], AbstractContextManager[Any]] = nullcontext) -> bool:
     """Register every buffer of every node; stop at the first error. True if all went well."""
     fake = run.fake
     families = run.geometry.extent_families() if run.geometry.has_page_meta else ()
@@ -240,9 +242,10 @@ def _register(run: _Run, impl: Implementation, nodes: tuple[str, ...],
             b.seq_start = _next_seq(fake)
             progress.step("register", pb.spec.name)
             try:
-                b.handle = impl.register_mr(store, pb.base, pb.nbytes,
-                                            max_mr_size=None if own_limit else run.limit,
-                                            granularity=b.granularity)
+                with counting():
+                    b.handle = impl.register_mr(store, pb.base, pb.nbytes,
+                                                max_mr_size=None if own_limit else run.limit,
+                                                granularity=b.granularity)
                 b.registered = True
             except (CallBudgetExceeded, MemoryError):
                 raise
@@ -264,17 +267,17 @@ def _exercise(run: _Run, sc: Scenario, opts: MooncakeOptions,
     nodes = opts.nodes
     real = sc.memory == "real"
     pools = [run.pools[n] for n in nodes]
-    ranges = [mr_ranges(run.fake, n) for n in nodes]
+    ranges = [mr_ranges(run.fake, n) for n in nodes]     # once: a pool may have many MRs
     selection = select_pages(run.geometry, pools, ranges, real=real)
     pages = selection.pages
     batches = plan_io(run.geometry, pages, io=opts.io, merged=opts.merged)
     _, failure = store_round_trip(run.fake, run.stores[nodes[0]], nodes[0], run.geometry,
-                                  run.pools[nodes[0]], batches)
+                                  run.pools[nodes[0]], batches, ranges[0])
     if failure is not None:
         record.io_failures.append(failure)
-    if opts.pd:
+    if opts.pd:   # nodes are (decode, prefill)
         _, failure = pd_transfer(run.fake, run.geometry, run.pools["prefill"],
-                                 run.pools["decode"], pages)
+                                 run.pools["decode"], pages, (ranges[1], ranges[0]))
         if failure is not None:
             record.io_failures.append(failure)
     return selection.as_dict()
@@ -291,6 +294,11 @@ class MooncakeWorld:
         self.record = record
         self.coverage: dict[str, object] | None = None
         self.progress = Progress()
+        self.budget: CallBudget | None = None     # counts the implementation's calls
+
+    def _implementation(self) -> AbstractContextManager[Any]:
+        """Where the implementation's code runs: its calls spend the call budget."""
+        return self.budget.implementation() if self.budget is not None else nullcontext()
 
     def isolation(self) -> AbstractContextManager[Any]:
         """The store module, pyverbs (the node's NICs) and MC_MAX_MR_SIZE as at setup."""
@@ -312,7 +320,7 @@ class MooncakeWorld:
 
     def register(self, impl: Implementation) -> bool:
         return _register(self.run, impl, self.opts.nodes, self.progress,
-                         own_limit=self.opts.limit == "own")
+                         own_limit=self.opts.limit == "own", counting=self._implementation)
 
     def transfer(self) -> None:
         self.coverage = _exercise(self.run, self.sc, self.opts, self.record)
@@ -334,15 +342,17 @@ class MooncakeWorld:
                 if close:   # tearDownAll releases every MR of the store (§1.1)
                     self.run.stores[b.pool.node].close()
                     continue
-                impl.teardown_mr(self.run.stores[b.pool.node], b.handle)
+                with self._implementation():
+                    impl.teardown_mr(self.run.stores[b.pool.node], b.handle)
             except (CallBudgetExceeded, MemoryError):
                 raise
             except Exception as exc:
                 self.record.teardown_errors.append((round_, b, exc))
 
     def budget_spent(self) -> None:
-        self.record.budget_hit = sum(1 for e in self.run.fake.trace
-                                     if e.face.startswith("mooncake:"))
+        self.record.budget_hit = (self.budget.spent if self.budget is not None else
+                                  sum(1 for e in self.run.fake.trace
+                                      if e.face.startswith("mooncake:")))
 
     def finish(self) -> None:
         fake = self.run.fake
@@ -414,14 +424,16 @@ class MooncakeTarget:
         fake = run.fake
         for spec in sc.faults:
             fake.faults.arm_from_dict(spec)
-        budget = CallBudgetExceeded(f"call budget of {sc.call_budget} store calls spent")
-        fake.faults.arm("mooncake.*", raise_=budget, after=sc.call_budget)
+        # the implementation's calls only: kvreg's store I/O and closes spend none of it
+        budget = CallBudget(fake.faults, "mooncake.*", sc.call_budget, "store")
         store_limited = opts.protocol in fake.profile.store_limit_protocols
         record = McRecord(run.limit, sc.expect, store_limited, run.runs, [],
                           exercised=sc.exercise, pinning=impl.pinning or sc.pinning,
                           seams_matter=not fake.profile.slices_split_at_mr_seams,
                           engine_splits_mrs=fake.profile.te_splits_mrs)
-        return MooncakeWorld(sc, opts, run, record)
+        world = MooncakeWorld(sc, opts, run, record)
+        world.budget = budget
+        return world
 
 
 TARGET = MooncakeTarget()

@@ -29,7 +29,7 @@ from kvreg.harness.run.limits import (
     parse_size,
     parse_timeout,
 )
-from kvreg.harness.run.result import ScenarioResult
+from kvreg.harness.run.result import INTERNAL_ERROR, ScenarioResult
 from kvreg.harness.run.supervisor import Supervisor
 from kvreg.harness.scenario.format import Scenario, ScenarioError, bundled_root, load_file
 
@@ -262,7 +262,7 @@ class ScenarioItem(pytest.Item):
         if plugin.baseline is not None and plugin.baseline.knows(result.id,
                                                                  failure_rules(result)):
             raise KnownScenarioFailure(result)
-        if result.verdict in ("fail", "error"):
+        if result.verdict in ("fail", "error", INTERNAL_ERROR):
             raise ScenarioFailed(result)
         for w in result.warnings:   # shown in pytest's warnings summary
             warnings.warn(KvregScenarioWarning(f"{result.id}: [{w.rule}] {w.message}"),
@@ -270,6 +270,10 @@ class ScenarioItem(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> str:
+        if isinstance(excinfo.value, ScenarioFailed) and \
+                excinfo.value.result.verdict == INTERNAL_ERROR:
+            r = excinfo.value.result
+            return f"scenario {r.id}: {r.reason}\n{r.tb}"
         if isinstance(excinfo.value, ScenarioFailed) and excinfo.value.result.verdict == "error":
             r = excinfo.value.result
             return (f"scenario {r.id} did not complete: {r.reason}\nit guards against: "

@@ -3,9 +3,11 @@
 Measured in the worker, where the code runs (a report built later has only text): every
 runtime call the trace records is given the innermost frame of the code under test that
 made it, every exception the implementation's register or teardown raises the innermost
-frame of the implementation's file in its traceback. kvreg's own code (fakes, harness,
-realhw), the standard library and the runtime bindings (torch, cuda-python) are skipped:
-they are not what a user can change. A violation then gets the site its rule is about
+frame of its traceback by the same rule. kvreg's own code (fakes, harness, realhw), the
+standard library and the runtime bindings (torch, cuda-python) are skipped: they are not
+what a user can change. Library code the implementation calls counts as the user's: a thin
+adapter over a library's pool module is placed at the library's line that raised, not at
+the adapter's line that called it. A violation then gets the site its rule is about
 (:func:`locate`): the bad call, the raise, or the function that left the bad state.
 """
 
@@ -36,7 +38,8 @@ __all__ = ["CALL_RULES", "RAISE_RULES", "CallSites", "Site", "display_path", "lo
 # rules whose violation's ``seq`` is the call that broke them: the site is that call's
 CALL_RULES = frozenset({"register-size-zero", "range-outside-buffer", "chunk-over-limit",
                         "mr-over-limit", "error-swallowed", "unregister-not-a-live-base",
-                        "rejected-too-late", "recovered"})
+                        "rejected-too-late", "recovered", "unregister-null",
+                        "unregister-unloading"})
 # rules about what register raised (or did not undo before raising): the raise's site
 RAISE_RULES = frozenset({"error-reported", "unexpected-error", "rejected-wrong-error",
                          "not-rolled-back"})
@@ -94,11 +97,9 @@ def _runner(filename: str) -> bool:
     return os.path.realpath(filename).startswith(_RUNNER)
 
 
-def _innermost(frames: Sequence[tuple[str, int]], prefer: frozenset[str]) -> Site | None:
-    """The innermost frame in one of ``prefer``'s files, else the innermost user frame."""
-    for filename, line in reversed(frames):
-        if os.path.realpath(filename) in prefer:
-            return Site(filename, line)
+def _innermost(frames: Sequence[tuple[str, int]]) -> Site | None:
+    """The innermost frame that is not kvreg's, the standard library's or a binding's: the
+    call sites' rule (:meth:`CallSites.note_call`)."""
     for filename, line in reversed(frames):
         if not _foreign(filename):
             return Site(filename, line)
@@ -120,9 +121,6 @@ class CallSites:
         self.calls: dict[int, Site] = {}
         self.last_register: Site | None = None     # the last registration call's site
         self.raises: dict[str, list[Site]] = {"register": [], "teardown": []}
-        self.files = frozenset(os.path.realpath(s.path) for s in
-                               (_def_site(impl.register_fn), _def_site(impl.teardown_fn))
-                               if s is not None)
 
     def wrap(self) -> Implementation:
         """``impl`` with register and teardown that note where they raised (then re-raise)."""
@@ -135,7 +133,6 @@ class CallSites:
         if fn is None:
             return None
         raises = self.raises[phase]
-        files = self.files
 
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -144,7 +141,7 @@ class CallSites:
             except BaseException as exc:
                 frames = [(f.filename, f.lineno or 0)
                           for f in traceback.extract_tb(exc.__traceback__)]
-                site = _innermost(frames, files)
+                site = _innermost(frames)
                 if site is not None:
                     raises.append(site)
                 raise

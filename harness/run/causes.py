@@ -5,8 +5,9 @@ scenario whose register call fails). A cause is a rule plus the ``path:line`` a 
 it points at (:mod:`.callsite`); its scenarios are the failing ones with such a violation,
 so every failing scenario is under at least one cause and the most frequent cause is the
 first thing to fix. Errors (a run kvreg could not judge) are causes of the rule ``error``,
-grouped by what ended them. Hints name a documented design choice a group of failures
-matches, once per run.
+grouped by what ended them; kvreg's own crashes are causes of ``internal-error``, grouped
+by kvreg's exception and line, never at a line of the code under test. Hints name a
+documented design choice a group of failures matches, once per run.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .result import ScenarioResult, Violation
+from .result import INTERNAL_ERROR, ScenarioResult, Violation
 
 __all__ = ["Cause", "causes", "dedupe", "hints", "render_causes"]
 
@@ -69,6 +70,13 @@ class Cause:
                 "message": self.message}
 
 
+def _internal_key(r: ScenarioResult) -> str:
+    """What one kvreg bug shares across scenarios: its exception and innermost frame."""
+    lines = [line for line in r.tb.splitlines() if line.strip()]
+    frames = [line.strip() for line in lines if line.lstrip().startswith("File ")]
+    return (frames[-1] if frames else "") + " " + (lines[-1] if lines else r.reason)
+
+
 def causes(results: Sequence[ScenarioResult]) -> list[Cause]:
     """The causes of every failing or erroring scenario, most frequent first."""
     found: dict[tuple[str, str, str], Cause] = {}
@@ -83,6 +91,11 @@ def causes(results: Sequence[ScenarioResult]) -> list[Cause]:
         elif r.verdict == "error":
             what = _ERROR_TAIL.sub("", r.reason)
             c = found.setdefault(("error", "", what), Cause("error", "", "", r.reason))
+            c.ids.append(r.id)
+        elif r.verdict == INTERNAL_ERROR:
+            # kvreg's own bug: grouped by kvreg's exception, never at a line of the user's
+            c = found.setdefault((INTERNAL_ERROR, "", _internal_key(r)),
+                                 Cause(INTERNAL_ERROR, "", "", r.reason))
             c.ids.append(r.id)
     return sorted(found.values(), key=lambda c: (-c.scenarios, c.rule, c.where))
 

@@ -4,8 +4,11 @@ The flow (design.md "One scenario, end to end"): the scenario's target builds it
 fresh fake with the scenario's profile and fault plan, the pool's buffers), then every buffer
 is registered through the implementation, every page moved, the pool torn down as often as
 the scenario says, and the target's checks judge the record. Everything the run changes is
-restored whatever happens; a call budget ends implementations that loop through the runtime,
-the supervisor's time and memory limits (:mod:`.supervisor`) the others.
+restored whatever happens; a call budget ends implementations that loop through the runtime
+(kvreg's own calls are not counted), the supervisor's time and memory limits
+(:mod:`.supervisor`) the others. kvreg's own failures are its verdicts, never the code's:
+an exception inside kvreg is ``internal-error``; a real API the fake does not model,
+reached by the code, is an ``error`` naming it.
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from kvreg.fakes.doors import retire_scope
+from kvreg.fakes.not_modelled import reached
 
 from .callsite import CallSites, locate
 from .causes import dedupe
 from .isolation import capture_logs, wall_guard
 from .progress import Progress
-from .result import CallBudgetExceeded, ScenarioResult
+from .result import INTERNAL_ERROR, CallBudgetExceeded, ScenarioResult, internal_error
 from .target import CannotRun, SkipScenario
 from .targets import get_target
 
@@ -39,22 +43,37 @@ def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False
     Returns a verdict for whatever the implementation returns or raises as an
     ``Exception``; ``SystemExit``, ``KeyboardInterrupt``, ``MemoryError`` and a spent
     ``timeout`` (:class:`~.limits.TimeLimitExceeded`) propagate: a supervised worker
-    (:mod:`.worker`) turns them into an error verdict. ``progress`` is told each step and
-    counts each call. ``backend`` is "fake" (default), "cuda" (CUDA scenarios on the real
-    runtimes through kvreg.realhw: the pool is materialised in real memory, or the scenario
-    is skipped with the reason when the machine cannot hold it), or a RealCuda-like object
-    (tests use stand-ins). Targets without a real backend ignore it.
+    (:mod:`.worker`) turns them into an error verdict. An exception of kvreg's own (its
+    world, its copy step, its checks) is the ``internal-error`` verdict, with its traceback:
+    never a cause in the code under test. ``progress`` is told each step and counts each
+    call. ``backend`` is "fake" (default), "cuda" (CUDA scenarios on the real runtimes
+    through kvreg.realhw: the pool is materialised in real memory, or the scenario is skipped
+    with the reason when the machine cannot hold it), or a RealCuda-like object (tests use
+    stand-ins). Targets without a real backend ignore it.
     """
-    with retire_scope() as scope:
-        result = _run(sc, impl, keep_trace=keep_trace, backend=backend,
-                      progress=progress or Progress(), timeout=timeout)
+    progress = progress or Progress()
+    with retire_scope() as scope, reached() as gaps:
+        result = _run(sc, impl, keep_trace=keep_trace, backend=backend, progress=progress,
+                      timeout=timeout)
         stale = list(scope.stale)
+    if result.verdict == INTERNAL_ERROR:
+        return result
     if stale:
         # the code reached a fake this scenario did not build: nothing it did says anything
         # about the code's own registration, so no rule may judge it
         result.verdict, result.violations = "error", []
         result.reason = ("kvreg cannot judge this run: a call reached a fake that is not this "
                          f"scenario's ({len(stale)} such call(s)): {stale[0]}")
+    elif gaps:
+        # what the real API would have answered is unknown: the rest of the run took a path
+        # the real machine may not have taken
+        first = gaps[0]
+        others = sorted({g.api for g in gaps} - {first.api})
+        result.verdict, result.violations = "error", []
+        result.reason = (f"kvreg cannot judge this run: the code called {first.api}, which "
+                         "kvreg's fake does not model"
+                         + (f" (and {', '.join(others)})" if others else "")
+                         + f"; to model it, add {first.docs}")
     return result
 
 
@@ -71,10 +90,14 @@ def _run(sc: Scenario, impl: Implementation, *, keep_trace: bool, backend: Any,
     except CannotRun as exc:
         result.verdict, result.reason = "error", f"kvreg cannot run this scenario: {exc}"
         return result
-    sites = CallSites(impl)      # where in the code under test each violation happened
-    world.watch(sites.progress(progress))
-    impl = sites.wrap()
+    except MemoryError:
+        raise
+    except Exception as exc:
+        return internal_error(result, exc, "while it built the scenario's world")
     try:
+        sites = CallSites(impl)      # where in the code under test each violation happened
+        world.watch(sites.progress(progress))
+        impl = sites.wrap()
         with world.isolation(), wall_guard(timeout), capture_logs() as logs:
             world.set_logs(logs)
             ok = world.register(impl)
@@ -89,21 +112,26 @@ def _run(sc: Scenario, impl: Implementation, *, keep_trace: bool, backend: Any,
         world.budget_spent()
     except MemoryError:
         raise
-    except Exception as exc:  # kvreg itself failed: report, don't crash the catalog
-        result.verdict = "error"
-        result.reason = f"kvreg internal error: {type(exc).__name__}: {exc}"
-        return result
+    except Exception as exc:
+        # the world runs the implementation's calls inside its own handlers: what reaches
+        # here is kvreg's (its copy step, its isolation, its bookkeeping)
+        return internal_error(result, exc, progress.where)
     progress.step("the checks of the run")
-    world.finish()
-    result.violations = dedupe(locate(world.judge(), sites))
-    result.warnings = dedupe(locate(world.warnings(), sites))
+    try:
+        world.finish()
+        result.violations = dedupe(locate(world.judge(), sites))
+        result.warnings = dedupe(locate(world.warnings(), sites))
+        result.calls = world.calls()
+        # optional on a world: how its copy step covered the pool's pages (pages copied,
+        # total, how the rest were proven), reported as the result's ``copy``
+        coverage = getattr(world, "copy_coverage", None)
+        result.copy = coverage() if callable(coverage) else None
+        if keep_trace or result.violations:
+            result.trace_text = world.trace_text(200)
+    except MemoryError:
+        raise
+    except Exception as exc:
+        return internal_error(result, exc, "during the checks of the run")
     result.verdict = "fail" if result.violations else "pass"
-    result.calls = world.calls()
-    # optional on a world: how its copy step covered the pool's pages (pages copied, total,
-    # how the rest were proven), reported as the result's ``copy``
-    coverage = getattr(world, "copy_coverage", None)
-    result.copy = coverage() if callable(coverage) else None
     result.seconds = time.perf_counter() - start
-    if keep_trace or result.violations:
-        result.trace_text = world.trace_text(200)
     return result

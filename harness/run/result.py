@@ -5,10 +5,17 @@ Shared by every target, so neither target imports the other's types.
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CallBudgetExceeded", "ScenarioResult", "Violation", "whole_message"]
+__all__ = ["INTERNAL_ERROR", "REPORT_REQUEST", "CallBudgetExceeded", "ScenarioResult",
+           "Violation", "internal_error", "whole_message"]
+
+# the verdict of a run that kvreg itself broke: never a cause in the code under test
+INTERNAL_ERROR = "internal-error"
+REPORT_REQUEST = ("this is a bug in kvreg, not in the code under test: please report it with "
+                  "the scenario id and this traceback")
 
 # a message longer than this is cut, saying so (an implementation may raise anything)
 _MAX_MESSAGE = 4000
@@ -56,7 +63,7 @@ class Violation:
 class ScenarioResult:
     id: str
     pool: str
-    verdict: str                    # "pass" | "fail" | "error" | "skip"
+    verdict: str                    # "pass" | "fail" | "error" | "skip" | "internal-error"
     violations: list[Violation] = field(default_factory=list)
     reason: str = ""
     # what passes but deserves a line in the report (recovered failures, pending errors)
@@ -67,16 +74,32 @@ class ScenarioResult:
     trace_text: str = ""
     # how the copy step covered the pages: {"pages_copied", "pages_total", "method"}
     copy: dict[str, Any] | None = None
+    # an internal-error's traceback (kvreg's frames), for the report that asks for a fix
+    tb: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "pool": self.pool, "verdict": self.verdict,
                 "violations": [v.as_dict() for v in self.violations],
                 "warnings": [w.as_dict() for w in self.warnings],
                 **({"reason": self.reason} if self.reason else {}),
-                **({"copy": self.copy} if self.copy is not None else {})}
+                **({"copy": self.copy} if self.copy is not None else {}),
+                **({"traceback": self.tb} if self.tb else {})}
 
     @property
     def first_violation(self) -> str:
         if self.violations:
             return self.violations[0].message
         return self.reason
+
+
+def internal_error(result: ScenarioResult, exc: BaseException, during: str) -> ScenarioResult:
+    """``result`` turned into the internal-error verdict of ``exc``, raised inside kvreg
+    ``during`` one of its own steps: its violations dropped (nothing kvreg judged after
+    breaking can be trusted), the traceback kept, a report asked for."""
+    text = whole_message(exc)
+    what = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    result.verdict = INTERNAL_ERROR
+    result.violations, result.warnings = [], []
+    result.reason = f"kvreg internal error {during}: {what} ({REPORT_REQUEST})"
+    result.tb = "".join(traceback.format_exception(exc)).rstrip()
+    return result

@@ -28,7 +28,7 @@ from .core import run_scenario
 from .limits import Limits, TimeLimitExceeded
 from .process import import_conflict, prepare_worker
 from .progress import Progress, SharedProgress, describe_calls
-from .result import ScenarioResult, whole_message
+from .result import ScenarioResult, internal_error, whole_message
 from .target import ProcessConfig
 
 if TYPE_CHECKING:
@@ -81,7 +81,13 @@ def _die_with_parent() -> None:
 
 def ended_by(exc: BaseException, sc: Scenario, progress: Progress,
              limits: Limits) -> ScenarioResult:
-    """The error verdict of a run that an exception the runner does not judge ended."""
+    """The error verdict of a run that an exception the runner does not judge ended.
+
+    An ``Exception`` here escaped the runner itself (the runner judges every one the
+    implementation raises): it is kvreg's, the internal-error verdict."""
+    if isinstance(exc, Exception) and not isinstance(exc, MemoryError):
+        return internal_error(ScenarioResult(sc.id, sc.pool, "pass", guards=sc.guards), exc,
+                              progress.where)
     where = f"{progress.where}, {describe_calls(progress.calls())}"
     if isinstance(exc, TimeLimitExceeded):
         what = f"the implementation did not finish within {limits.time_text()}"
@@ -92,7 +98,7 @@ def ended_by(exc: BaseException, sc: Scenario, progress: Progress,
     elif isinstance(exc, MemoryError):
         who = "the implementation" if progress.in_implementation else "the run"
         what = f"{who} ran out of memory: {limits.memory_text()} was hit"
-    else:
+    else:   # a BaseException of the implementation's own (GeneratorExit, its own classes)
         text = whole_message(exc)
         what = f"the implementation raised {type(exc).__name__}" + (f": {text}" if text else "")
     return ScenarioResult(sc.id, sc.pool, "error", reason=f"{what} {where}", guards=sc.guards)

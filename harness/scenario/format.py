@@ -42,7 +42,12 @@ _SCENARIO_KEYS = {"name", "guards", "pages", "total_gib", "chunk_gb", "chunk_byt
                   "call_budget", "tags", "backends", "target", "mooncake", "pinning",
                   "profile_options"}
 _TOP_KEYS = {"format", "pool", "defaults", "scenario"}
-_POOL_KEYS = {"type", "params", "memory"}
+_POOL_KEYS = {"type", "params", "memory", "base_offset"}
+# ``base_offset = "torch"``: where torch's CPU allocator puts a large tensor, 64 bytes into a
+# page (posix_memalign(64) over glibc's mmapped chunk), here one page past a 2 MiB boundary
+TORCH_BASE_OFFSET = 4096 + 64
+BASE_OFFSET_LIMIT = 2 << 20     # the alignment of the virtual buffers the offset shifts
+MALLOC_ALIGNMENT = 16           # glibc's on 64-bit Linux: no allocator hands out less
 
 
 class ScenarioError(ValueError):
@@ -77,6 +82,8 @@ class Scenario:
     pinning: str = "required"
     # [UNC] behaviours of the device profile switched for this scenario (profile.UNC_OPTIONS)
     profile_options: Mapping[str, Any] = field(default_factory=dict)
+    # bytes each virtual buffer's base lies past a 2 MiB boundary ([pool] base_offset)
+    base_offset: int = 0
 
     def geometry(self) -> PoolGeometry:
         return make_geometry(self.pool_type, **dict(self.params))
@@ -246,6 +253,7 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
     pinning = merged.get("pinning", "required")
     if pinning not in PINNING:
         ctx.fail("pinning", f"one of {list(PINNING)}", pinning)
+    base_offset = _base_offset(ctx, pool, str(memory), target)
     if len(ctx.errors) > before or not isinstance(pool_type, str):
         return None
     try:
@@ -276,7 +284,28 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
                     exercise=tuple(exercise), expect=str(expect), empty=bool(empty),
                     call_budget=budget, tags=tuple(tags), backends=tuple(backends),
                     target=str(target), mooncake=dict(mooncake_opts), pinning=str(pinning),
-                    profile_options=dict(profile_options))
+                    profile_options=dict(profile_options), base_offset=base_offset)
+
+
+def _base_offset(ctx: _Ctx, pool: Mapping[str, Any], memory: str, target: Any) -> int:
+    """[pool] base_offset: an int (a multiple of 16 below 2 MiB) or "torch"; virtual
+    buffers of the cuda target only (real ones are torch's own allocations already)."""
+    if "base_offset" not in pool:
+        return 0
+    raw = pool["base_offset"]
+    value = TORCH_BASE_OFFSET if raw == "torch" else raw
+    if not isinstance(value, int) or isinstance(value, bool) or not \
+            0 <= value < BASE_OFFSET_LIMIT or value % MALLOC_ALIGNMENT:
+        ctx.fail("pool.base_offset", f'"torch" or an integer in [0, {BASE_OFFSET_LIMIT}) '
+                 f"that is a multiple of {MALLOC_ALIGNMENT}", raw)
+        return 0
+    if value and memory != "virtual":
+        ctx.fail("pool.base_offset", 'memory = "virtual" (a real buffer is torch\'s own '
+                 "allocation, at the base torch gives it)", None)
+    if value and target != "cuda":
+        ctx.fail("pool.base_offset", 'target = "cuda" (the Mooncake target places its '
+                 "buffers itself)", None)
+    return value
 
 
 def load_file(path: Path, root: Path | None = None) -> list[Scenario]:

@@ -64,8 +64,20 @@ CAUGHT = [
     # restarts the rollback after a failed unregister: shows only on a later one
     ("retry_rollback_all", "mooncake/unregister_faults/rollback-last-unregister-fails",
      "unregister-not-a-live-base"),
+    # the whole buffer first, MR-sized chunks on -600 (whole_then_chunks), each with one bug
+    ("whole_then_chunks_keeps_refused", "mooncake/fastdeploy_register_buffer/"
+     "above-limit-aligned", "unregister-not-a-live-base"),
+    ("whole_then_chunks_swallows", "regressions/mooncake_fastdeploy_no_rollback/"
+     "middle-chunk-fails", "error-swallowed"),
+    ("whole_then_chunks_no_rollback", "regressions/mooncake_fastdeploy_no_rollback/"
+     "middle-chunk-fails", "not-rolled-back"),
+    ("whole_then_halves", "regressions/mooncake_sglang_whole_pool_register/ionic-2gib",
+     "mr-over-limit"),
+    # 1 GiB MRs, the middle one skipped: 4 096 MRs of a 4 TiB pool and a gap
+    ("many_small_mrs_gap", "mooncake/huge/page-first-mr-seams", "registered"),
 ]
-CORRECT = ["other_mr_size", "forward_rollback", "own_limit_fastdeploy"]
+CORRECT = ["other_mr_size", "forward_rollback", "own_limit_fastdeploy", "whole_then_chunks",
+           "many_small_mrs"]
 
 
 @pytest.mark.parametrize(("name", "scenario_id", "rule"), CAUGHT,
@@ -124,6 +136,74 @@ def test_one_call_above_the_limit_explains_the_release() -> None:
     assert second.rule == "unexpected-error"
     assert "RuntimeError: Mooncake memory registration failed with ret=-600" in second.message
     assert "register it in chunks" in second.message
+
+
+def test_whole_then_chunks_refused_call_is_a_warning_not_a_fault() -> None:
+    """Released Mooncake refuses one MR above the limit with -600 and registers nothing
+    (docs/mooncake-verbs.md §1.5 step 1, §1.6): the chunks after it decide."""
+    sc = CATALOG["mooncake/fastdeploy_register_buffer/above-limit-aligned"]
+    result = run_scenario(sc, impl("whole_then_chunks"), keep_trace=True)
+    assert result.verdict == "pass", result.violations
+    line = next(ln for ln in result.trace_text.splitlines() if ln.startswith("#2 "))
+    assert "register_buffer(" in line and ", 0x3d0000) -> -600 INVALID_PARAMS" in line, line
+    (first, *_) = result.warnings
+    assert first.rule == "recovered"
+    assert "register_buffer(read+0x0, 3997696) (call #2) returned -600 INVALID_PARAMS; " \
+        "register() recovered: read ended fully registered in 4 MR(s)" in first.message
+
+
+def test_a_fallback_failure_is_named_not_the_refused_whole_call() -> None:
+    # call #2 is the refused whole buffer, #3 the first chunk's MR, #4 the first chunk, #5
+    # the injected failure of the second chunk
+    sid = "regressions/mooncake_fastdeploy_no_rollback/middle-chunk-fails"
+    swallowed = run("whole_then_chunks_swallows", sid).violations
+    assert [v.rule for v in swallowed] == ["error-swallowed", "transfer-failed"]
+    assert swallowed[0].message.startswith("register_buffer(read+0xf4000, 999424) (call #5) "
+                                           "returned -600 INVALID_PARAMS but register() of "
+                                           "read returned normally")
+    kept = run("whole_then_chunks_no_rollback", sid).violations
+    assert [v.rule for v in kept] == ["not-rolled-back"]
+    assert "(register_buffer call #5 returned -600 INVALID_PARAMS): no rollback" in \
+        kept[0].message
+    assert run("whole_then_chunks", sid).verdict == "pass"
+
+
+def test_a_fallback_still_above_the_limit_is_the_call_it_stopped_at() -> None:
+    result = run("whole_then_halves",
+                 "regressions/mooncake_sglang_whole_pool_register/ionic-2gib")
+    over = [v for v in result.violations if v.rule == "mr-over-limit"]
+    # only the half (call #3) it gave up on, not the whole buffer it went past (call #2)
+    assert len(over) == 1 and over[0].message.startswith(
+        "call #3 register_buffer(kv_buffer+0x0, 53685559296) asks for one MR")
+    assert "register() of kv_buffer gave up there and raised" in over[0].message
+    assert "(call #3) returned -600 INVALID_PARAMS: one MR of 53685559296 bytes" in \
+        result.violations[1].message
+    # below twice the limit the halves fit: nothing to flag
+    assert run("whole_then_halves", "mooncake/fastdeploy_register_buffer/below-limit"
+               ).verdict == "pass"
+
+
+def test_the_refused_whole_range_kept_for_teardown_is_caught() -> None:
+    result = run("whole_then_chunks_keeps_refused",
+                 "mooncake/fastdeploy_register_buffer/above-limit-aligned")
+    assert "unregister_buffer(write+0x0), which was already released, returned -600" in \
+        result.first_violation
+    assert "mr-over-limit" not in {v.rule for v in result.violations}
+
+
+def test_many_small_mrs_are_judged_at_the_cost_of_their_seams() -> None:
+    """A 4 TiB pool in 4 097 MRs of 1 GiB (and its PD copy on a second node) passes: the
+    pages are checked against the MRs by bisect, and only those not inside one MR move
+    (benchmarks/test_bench_many_mrs.py measures the cost against the same pool in 17 MRs)."""
+    for name in ("page-first-mr-seams", "pd-page-first"):
+        result = run("many_small_mrs", f"mooncake/huge/{name}")
+        assert result.verdict == "pass", result.violations
+        assert result.copy is not None and result.copy["pages_copied"] < 1000
+    gap = run("many_small_mrs_gap", "mooncake/huge/page-first-mr-seams")
+    # chunk 2048 of 4097 (1 GiB on whole 147456-byte pages) is never registered
+    assert "[kv_buffer+0x1fffb000000, +1073700864) is not covered by any live MR" in \
+        gap.first_violation
+    assert "transfer-failed" in {v.rule for v in gap.violations}
 
 
 @pytest.mark.parametrize("scenario_id", [

@@ -170,6 +170,40 @@ def test_mr_over_limit_follows_the_store_profile(tmp_path: Path) -> None:
     assert "released Mooncake rejects it with -600 INVALID_PARAMS" in released.first_violation
 
 
+def test_an_accepted_mr_above_the_limit_is_judged_by_its_transfers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store that does not check the limit accepts one MR above it; a released transfer
+    engine then shrinks the MR to max_mr_size while publishing the whole buffer
+    (docs/mooncake-verbs.md §1.6): the pages past the MR fail to move, and that is the
+    verdict, not the size of the call."""
+    from kvreg.fakes.mooncake import profiles
+
+    unchecked = profiles.STORE_PROFILES["head"].replace(
+        te_splits_mrs=False, slices_split_at_mr_seams=False)
+    monkeypatch.setattr(profiles, "STORE_PROFILES",
+                        {**profiles.STORE_PROFILES, "head": unchecked})
+    one_call = user(tmp_path, """
+        def register(store: Any, ptr: int, nbytes: int, **kw: Any) -> list:
+            rc = store.register_buffer(ptr, nbytes)
+            if rc != 0:
+                raise RuntimeError(f"register_buffer returned {rc}")
+            return [(ptr, nbytes)]
+        """)
+    result = run_scenario(scenario(tmp_path, 'mooncake = { profile = "head", '
+                                             'mc_max_mr_size = 999424 }\n'), one_call)
+    assert rules(result) == ["transfer-failed"]
+    # 999424 bytes = 16 blocks of 62464: block 16 is the first past the shrunk MR
+    assert "block 16 (key 'block16_k') of the K half of write [999424, 1061888) lies in no " \
+        "registered MR" in result.first_violation
+    # the same pool in MR-sized calls moves every page
+    from kvreg.harness.mooncake.reference import register, teardown
+
+    chunked = run_scenario(scenario(tmp_path, 'mooncake = { profile = "head", '
+                                              'mc_max_mr_size = 999424 }\n'),
+                           Implementation("mooncake", "t", register, teardown))
+    assert chunked.verdict == "pass", chunked.violations
+
+
 def test_failed_register_that_returns_normally_is_swallowed(tmp_path: Path) -> None:
     sc = scenario(tmp_path, 'mooncake = { mc_max_mr_size = 999424 }\n'
                   'expect = "register-error"\n'

@@ -129,7 +129,7 @@ def test_build_can_skip_or_refuse(stub: Any, raised: Exception, verdict: str,
 
 @pytest.mark.parametrize(("exc", "verdict"), [
     (CallBudgetExceeded("spent"), "pass"),
-    (RuntimeError("kvreg broke"), "error"),
+    (RuntimeError("kvreg broke"), "internal-error"),
 ])
 def test_budget_and_internal_errors(stub: Any, exc: BaseException, verdict: str) -> None:
     world = stub.World(ok=True, raise_in="register")
@@ -141,7 +141,10 @@ def test_budget_and_internal_errors(stub: Any, exc: BaseException, verdict: str)
     if verdict == "pass":
         assert stub.LOG[-4:] == ["budget", "finish", "judge", "warnings"]
     else:
-        assert result.reason == "kvreg internal error: RuntimeError: kvreg broke"
+        assert result.reason.startswith("kvreg internal error while kvreg set the run up: ")
+        assert "RuntimeError: kvreg broke (this is a bug in kvreg, not in the code under " \
+            "test: please report it" in result.reason
+        assert "raise self.exc" in result.tb or "RuntimeError: kvreg broke" in result.tb
         assert "finish" not in stub.LOG
 
 
