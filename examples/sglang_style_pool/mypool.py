@@ -17,7 +17,8 @@ RANGES = "_mypool_registered_ranges"
 
 
 def _limit() -> int:
-    return max(int(os.environ.get("SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB", "256")), 1) << 30
+    # unset or empty: SGLang's default 256 GiB; 0: 1 GiB (SGLang floors the value at 1)
+    return max(int(os.environ.get("SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB") or 256), 1) << 30
 
 
 def register(buffer: Any, registration_granularity_bytes: int | None = None) -> None:

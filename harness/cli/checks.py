@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 from typing import NoReturn
 
-__all__ = ["OneLineParser", "UsageError", "check_output_path", "positive_int"]
+__all__ = ["OneLineParser", "UsageError", "check_output_path", "plain", "positive_int"]
 
 
 class UsageError(ValueError):
@@ -62,3 +63,10 @@ def fail(prog: str, message: str) -> int:
     """Print ``prog: error: message`` on stderr and return the usage exit code 2."""
     print(f"{prog}: error: {message}", file=sys.stderr)
     return 2
+
+
+def plain(text: str) -> str:
+    """A docstring as terminal help: reStructuredText literals (double backquotes) become
+    single quotes, roles such as :mod:`x` become plain names."""
+    text = re.sub(r"``(.+?)``", r"'\1'", text, flags=re.S)
+    return re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text)

@@ -7,6 +7,7 @@ import sys
 from importlib import metadata
 
 from .checks import OneLineParser, UsageError, check_output_path, fail
+from .pipes import stdout_gone
 
 
 def _version() -> str:
@@ -42,7 +43,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+        code = _dispatch(args)
+        sys.stdout.flush()
+    except SystemExit:             # --help, --version: printed, then exit; flush here
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            stdout_gone()
+        raise
+    except BrokenPipeError:
+        # stdout's reader left (``kvreg list | head -1``): what was wanted was read. ``run``
+        # and ``plan`` keep their own status (their reports survive a closed stdout, see
+        # pipes.py); a command that got here had only output left to give.
+        stdout_gone()
+        return 0
+    return code
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "demo":
         from .demo import main as demo_main
 

@@ -23,7 +23,8 @@ from kvreg.harness.pools import POOL_TYPES, GeometryError, make_geometry
 from kvreg.harness.pools.families import extent_at
 from kvreg.harness.scenario.size_limits import size_problem
 
-from .checks import UsageError, check_output_path, positive_int
+from .checks import UsageError, check_output_path, plain, positive_int
+from .pipes import reader_safe
 
 GiB = 1 << 30
 CEILING_R580 = 512 * GiB
@@ -32,7 +33,8 @@ CEILING_R580 = 512 * GiB
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("plan", help="plan the chunked registration of a pool described on the "
                                     "command line (no registration happens)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=plain(__doc__ or ""),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("pool_type", choices=sorted(POOL_TYPES), help="pool type")
     p.add_argument("params", nargs="*", metavar="KEY=VALUE",
                    help="geometry parameters, e.g. layout=page_first layer_num=61 "
@@ -138,7 +140,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     ceiling = None if mr or args.ceiling_gb <= 0 else args.ceiling_gb * GiB
     what = "effective MR limit" if mr else "chunk limit"
-    out = sys.stderr if args.json == "-" else sys.stdout    # stdout holds only the JSON then
+    # stdout holds only the JSON with --json -; a reader that leaves early (| head) does not
+    # stop the --json and --svg files below from being written
+    stdout = reader_safe()
+    out = sys.stderr if args.json == "-" else stdout
     print(f"{geometry.pool_type} {geometry.layout}: {len(geometry.buffers())} buffer(s), "
           f"{geometry.total_nbytes} bytes, {geometry.page_count} pages; {what} {limit}"
           + (f" ({size_text(limit)})" if limit >= 1 << 10 else ""), file=out)
@@ -163,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
                            over_limit=p.over_limit()) for p in plans]}
         text = json.dumps(doc, indent=2)
         if args.json == "-":
-            print(text)
+            stdout.write(text + "\n")
         else:
             with open(args.json, "w") as fh:
                 fh.write(text + "\n")
@@ -172,4 +177,5 @@ def run(args: argparse.Namespace) -> int:
 
         with open(args.svg, "w") as fh:
             fh.write(render_svg(plans, mr=mr))
+    stdout.flush()
     return 0

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +26,7 @@ from kvreg.harness.run.adapters import (
 )
 from kvreg.harness.run.catalog import restore_sigint, run_catalog, write_atomic
 from kvreg.harness.run.causes import causes, hints, render_causes
+from kvreg.harness.run.endstate import undrainable
 from kvreg.harness.run.limits import (
     DEFAULT_MEMORY,
     DEFAULT_TIMEOUT_S,
@@ -39,6 +39,8 @@ from kvreg.harness.run.result import INTERNAL_ERROR, REPORT_REQUEST, ScenarioRes
 from kvreg.harness.scenario.format import Scenario, ScenarioError, bundled_root, load_paths
 
 from .checks import UsageError, positive_int
+from .pipes import reader_safe
+from .progress import make_reporter
 from .run_extras import add_run_extras, finish, prepare
 
 __all__ = ["EXIT_INTERNAL_ERROR", "add_parsers", "run_list", "run_run", "scenario_paths",
@@ -72,7 +74,10 @@ def add_parsers(sub: Any) -> None:
                                                                  "contains TEXT")
     run.add_argument("--json", metavar="FILE", help="write the JSON report ('-' for stdout)")
     run.add_argument("--jobs", "-j", type=positive_int, default=1,
-                     help="parallel worker processes (an integer >= 1)")
+                     help="parallel worker processes (an integer >= 1; default 1)")
+    run.add_argument("--quiet", "-q", action="store_true",
+                     help="no progress on stderr (default: a counter on a terminal, a line "
+                          "per 10%% of the scenarios or every 5 s elsewhere, e.g. in CI logs)")
     run.add_argument("--trace", action="store_true", help="print the call trace of failures")
     add_run_extras(run)
     run.add_argument("--timeout", type=_arg(parse_timeout), default=DEFAULT_TIMEOUT_S,
@@ -129,25 +134,23 @@ def summary(results: Sequence[ScenarioResult]) -> dict[str, int]:
 
 def _run_all(scenarios: list[Scenario], impl: Implementation, jobs: int,
              progress: TextIO | None, backend: str = "fake", limits: Limits | None = None,
-             in_process: bool = False) -> tuple[list[ScenarioResult], bool]:
-    """Every scenario's result in selection order, and whether Ctrl-C stopped the run."""
-    total = len(scenarios)
-
-    def tick(n: int) -> None:
-        if progress is not None:
-            progress.write(f"\r{n}/{total} scenarios")
-            progress.flush()
-
+             in_process: bool = False, quiet: bool = False
+             ) -> tuple[list[ScenarioResult], bool]:
+    """Every scenario's result in selection order, and whether Ctrl-C stopped the run;
+    how far it got goes to ``progress`` (:mod:`.progress`; None: nowhere)."""
+    reporter = make_reporter(progress or sys.stderr, len(scenarios),
+                             quiet=quiet or progress is None)
     run = run_catalog(scenarios, impl, jobs=jobs, limits=limits, backend=backend,
-                      in_process=in_process, tick=tick)
-    if progress is not None:
-        progress.write("\r" + " " * 30 + "\r")
+                      in_process=in_process, tick=reporter.tick)
+    reporter.close()
     return run.results, run.interrupted
 
 
 def _table(results: Sequence[ScenarioResult], out: TextIO, show_trace: bool,
-           notes: Sequence[str] = ()) -> None:
-    """The causes block and the hints first (what to fix), then one line per scenario."""
+           notes: Sequence[str] = (), contract: str = "") -> None:
+    """The causes block and the hints first (what to fix), then one line per scenario, the
+    contract the implementation was judged by and the counts. A warning the same for every
+    implementation (an error torch's binding cannot drain) is one hint, not a line each."""
     block = render_causes(causes(results))
     for line in block:
         out.write(line + "\n")
@@ -165,6 +168,8 @@ def _table(results: Sequence[ScenarioResult], out: TextIO, show_trace: bool,
                 line += f" (x{first.count})"
         out.write(line + "\n")
         for w in r.warnings:
+            if undrainable(w):
+                continue
             out.write(f"    warning [{w.rule}] {w.message}"
                       + (f" (x{w.count})" if w.count > 1 else "") + "\n")
         if show_trace and r.verdict == "fail" and r.trace_text:
@@ -172,6 +177,8 @@ def _table(results: Sequence[ScenarioResult], out: TextIO, show_trace: bool,
         if r.verdict == INTERNAL_ERROR and r.tb:
             out.write("    " + r.tb.replace("\n", "\n    ") + "\n")
     s = summary(results)
+    if contract:
+        out.write(f"\n{contract}")
     inside = s.get("internal_errors", 0)
     out.write(f"\n{s['passed']} passed, {s['failed']} failed"
               + (f", {s['errors']} errors" if s["errors"] else "")
@@ -206,28 +213,30 @@ def run_run(args: argparse.Namespace) -> int:
         print("kvreg run: error: --in-process runs one scenario at a time in this process; "
               f"-j {args.jobs} needs worker processes", file=sys.stderr)
         return 2
-    progress = sys.stderr if sys.stderr.isatty() and not os.environ.get("CI") else None
     jobs = 1 if args.backend == "cuda" else max(args.jobs, 1)   # one GPU, one run at a time
     limits = Limits(timeout=args.timeout, memory=args.memory_limit)
-    results, interrupted = _run_all(scenarios, impl, jobs, progress, args.backend, limits,
-                                    args.in_process)
+    results, interrupted = _run_all(scenarios, impl, jobs, sys.stderr, args.backend, limits,
+                                    args.in_process, quiet=args.quiet)
     counts = summary(results)
     advice = hints(results, pinning=args.pinning, style=impl.style)
-    doc = {"summary": counts, "causes": [c.as_dict() for c in causes(results)],
+    doc = {"summary": counts, "contract": impl.contract.as_dict(),
+           "causes": [c.as_dict() for c in causes(results)],
            "hints": advice, "scenarios": [r.as_dict() for r in results]}
+    out = reader_safe()       # `kvreg run | head`: the files below are written all the same
     try:
         if args.json == "-":
-            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+            out.write(json.dumps(doc, indent=2) + "\n")
         else:
-            _table(results, sys.stdout, args.trace, advice)
+            _table(results, out, args.trace, advice, impl.contract.text())
             if args.json:
                 write_atomic(Path(args.json), json.dumps(doc, indent=2) + "\n")
-        sys.stdout.flush()
-        notes = sys.stderr if args.json == "-" else sys.stdout
+        out.flush()
+        notes = sys.stderr if args.json == "-" else out
         if interrupted:
             # an interrupted run records no baseline: only the reports are written
             plan.write_baseline_path = None
         code = finish(plan, results, notes, failed=counts["failed"] + counts["errors"])
+        out.flush()
     finally:
         restore_sigint()
     if interrupted:
@@ -248,7 +257,9 @@ def run_list(args: argparse.Namespace) -> int:
         print(f"kvreg list: error: {exc}", file=sys.stderr)
         return 2
     width = max((len(s.id) for s in scenarios), default=10)
+    out = reader_safe()
     for s in scenarios:
-        print(f"{s.id:<{width}}  {s.guards}")
-    print(f"\n{len(scenarios)} scenarios")
+        out.write(f"{s.id:<{width}}  {s.guards}\n")
+    out.write(f"\n{len(scenarios)} scenarios\n")
+    out.flush()
     return 0

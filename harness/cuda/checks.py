@@ -79,6 +79,10 @@ class RunRecord:
     # the device profile's [UNC] copy rule (docs/cuda-runtime.md §5.4): decides seams-aligned
     copy_across: str = "reject"
     plain: bool = False                    # trace arguments made plain ints (plain_trace)
+    # the chunk-limit contract (harness/run/contract.py): whether the implementation declared
+    # one, and whether it binds only where a granularity is passed (SGLang's: G None is one call)
+    limit_contract: bool = True
+    limit_needs_granularity: bool = True
 
 
 def _address(value: Any) -> int:
@@ -162,7 +166,8 @@ def check_run(r: RunRecord) -> list[Violation]:
             out.append(Violation("range-outside-buffer", f"call #{e.seq + 1} registers "
                                  f"[{_where(r, ptr)}, +{size}) which is not inside one pool "
                                  "buffer", e.seq))
-        elif size > r.limit and owner.granularity is not None:
+        elif size > r.limit and r.limit_contract and (
+                owner.granularity is not None or not r.limit_needs_granularity):
             out.append(Violation("chunk-over-limit", f"call #{e.seq + 1} registers {size} bytes at "
                                  f"{_where(r, ptr)}, above the chunk limit {r.limit}", e.seq))
 

@@ -112,10 +112,15 @@ def teardown(cudart: Any, ranges: list[tuple[int, int]]) -> list[tuple[int, int,
 # -- the sglang implementation style ---------------------------------------------------------
 
 def chunk_limit_from_env(default_gb: int = 256) -> int:
-    """SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB in whole GiB, floored at 1 (docs/pools.md §1.1)."""
+    """SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB in whole GiB, floored at 1 (docs/pools.md §1.1).
+
+    Unset or empty is the default, as SGLang reads it (srt/environ.py EnvInt: "" cannot be
+    parsed, so its default); 0 or less is 1 GiB. Any other text is an error here (SGLang
+    warns and takes the default), so that a typo is not silently 256 GiB.
+    """
     raw = os.environ.get(ENV_CHUNK_GB)
     try:
-        gb = int(raw) if raw is not None else default_gb
+        gb = int(raw) if raw is not None and raw.strip() else default_gb
     except ValueError:
         raise ValueError(f"{ENV_CHUNK_GB} must be a whole number of GiB, got {raw!r}") from None
     return max(gb, 1) * GiB

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, ExitStack, nullcontext
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from kvreg.fakes.cuda.fake_cuda import FakeCuda
@@ -154,8 +155,10 @@ class CudaWorld:
             b.seq_end = next_seq(fake)
             if b.error is not None:
                 break
-        self.record.pending = pending_errors(fake, "register")
-        return all(b.error is None for b in self.record.buffers)
+        returned = all(b.error is None for b in self.record.buffers)
+        self.record.pending = [replace(p, returned=returned)
+                               for p in pending_errors(fake, "register")]
+        return returned
 
     def transfer(self) -> None:
         """Every page through the batch copy API (nothing to copy in an empty pool)."""
@@ -202,7 +205,9 @@ class CudaWorld:
 
     def finish(self) -> None:
         self.fake.trace.observer = None
-        self.record.pending += pending_errors(self.fake, "teardown")
+        returned = not self.record.teardown_errors
+        self.record.pending += [replace(p, returned=returned)
+                                for p in pending_errors(self.fake, "teardown")]
         self.record.trace = list(self.fake.trace)
         self.record.live_end = [(r.base, r.size) for r in self.fake.live_registrations()]
         if self.real_hw:
@@ -222,7 +227,10 @@ class CudaWorld:
 
 
 def chunk_env(sc: Scenario) -> str | None:
-    """The chunk-limit variable's value for ``sc`` (None: unset, the limit is no whole GiB)."""
+    """The chunk-limit variable's value for ``sc``: the one it sets (``chunk_gb`` 0, "" or
+    "unset"), else its limit in whole GiB (None: unset, the limit is no whole GiB)."""
+    if sc.chunk_var:
+        return sc.chunk_var[0]
     return str(sc.chunk_limit // GiB) if sc.chunk_limit % GiB == 0 else None
 
 
@@ -244,7 +252,8 @@ class CudaTarget:
         return []
 
     def build(self, sc: Scenario, impl: Implementation, backend: Any) -> CudaWorld:
-        why_not = impl.check_limit(sc.chunk_limit)
+        why_not = impl.check_limit(sc.chunk_limit) or (
+            impl.contract.skip_reason() if sc.expect == "rejected" else None)
         if why_not:
             raise SkipScenario(why_not)
         geometry = sc.geometry()
@@ -276,7 +285,9 @@ class CudaTarget:
             runs.append(BufferRun(i, spec, int(buffers[i].data_ptr()), None))
         record = RunRecord(geometry, sc.chunk_limit, sc.expect, fake.profile.per_call_limit,
                            runs, [], exercised=sc.exercise, pinning=impl.pinning or sc.pinning,
-                           copy_across=str(fake.profile.copy_across_registrations))
+                           copy_across=str(fake.profile.copy_across_registrations),
+                           limit_contract=impl.contract.limit,
+                           limit_needs_granularity=impl.contract.limit_with_granularity_only)
         families = geometry.extent_families() if geometry.has_page_meta else None
         for b in runs:   # the copy unit seams are judged against (the reference's)
             try:

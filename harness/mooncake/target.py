@@ -412,6 +412,9 @@ class MooncakeTarget:
         if mirror is not None and sc.memory != "real":
             raise SkipScenario("fake-only on the real store: a virtual pool has no memory "
                                "behind it for the real store to read")
+        why_not = impl.contract.skip_reason() if sc.expect == "rejected" else None
+        if why_not:
+            raise SkipScenario(why_not)
         if opts.limit == "own" and not impl.computes_own_mr_limit():
             raise SkipScenario("this scenario passes max_mr_size=None for the implementation "
                                "to compute its own MR limit; a register whose max_mr_size "

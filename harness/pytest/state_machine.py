@@ -46,6 +46,7 @@ from kvreg.harness.cuda import reference
 from kvreg.harness.cuda.checks import REGISTER_APIS, UNREGISTER_APIS
 from kvreg.harness.mooncake import reference as mooncake_reference
 from kvreg.harness.run.adapters import SELF_REACHING
+from kvreg.harness.run.contract import contract_of
 
 __all__ = ["RegistrationMachine"]
 
@@ -135,18 +136,21 @@ class RegistrationMachine(RuleBasedStateMachine):
         return [self.fake.inject(api, nth=fail_nth, error=2) for api in sorted(REGISTER_APIS)]
 
     def _register(self, buffer: Any, page: int, limit: int) -> Any:
+        # the contract keywords as kvreg run passes them: none or None where register's
+        # signature declares no such contract (kvreg.harness.run.contract)
+        register = self._impls()[0]
+        contract = contract_of(self.style, register)
         if self.style == "mooncake":
-            return self._impls()[0](self.store, buffer.data_ptr(), buffer.nbytes,
-                                    max_mr_size=limit, granularity=page)
+            return register(self.store, buffer.data_ptr(), buffer.nbytes,
+                            **contract.kwargs(max_mr_size=limit, granularity=page))
         if self.style == "sglang":
             os.environ[ENV_CHUNK_GB] = str(limit // GiB)
-            type(self).register_impl(buffer, page)
+            register(buffer, page)
             return buffer
+        keywords = contract.kwargs(granularity=page, chunk_limit=limit)
         if self.style in SELF_REACHING:
-            return type(self).register_impl(buffer.data_ptr(), buffer.nbytes,
-                                            granularity=page, chunk_limit=limit)
-        return type(self).register_impl(self.fake.torch, buffer.data_ptr(), buffer.nbytes,
-                                        granularity=page, chunk_limit=limit)
+            return register(buffer.data_ptr(), buffer.nbytes, **keywords)
+        return register(self.fake.torch, buffer.data_ptr(), buffer.nbytes, **keywords)
 
     def _teardown(self, pool: _Pool) -> None:
         if self.style == "mooncake":

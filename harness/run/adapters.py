@@ -13,6 +13,10 @@ gets kvreg's copy unit, because it chunks every layout; the generic, ctypes and 
 get the pool's granularity where it passes one and kvreg's copy unit where it passes None (a
 None would leave such an implementation no safe way to chunk a pool above the per-call
 ceiling).
+
+The keywords ``chunk_limit``, ``granularity`` (and Mooncake's ``max_mr_size``) are contracts
+the implementation declares (:mod:`.contract`): one its register does not take, or takes with
+the default None, reaches it as nothing or None, and the rules of that contract do not judge it.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from kvreg.harness.plan.chunking import reference_unit
 from kvreg.harness.pools import BufferSpec
 from kvreg.harness.pools.base import ExtentFamily
 
+from .contract import ABSENT, Contract, contract_of
 from .process import EnvRead, import_scope, installed, watching_env
 
 __all__ = ["STYLES", "STYLE_CALLS", "Implementation", "ImplementationError", "check_signature",
@@ -76,6 +81,9 @@ def check_signature(fn: Callable[..., Any], style: str, role: int, option: str,
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return
+    if role == 0:   # a contract keyword it does not take is not passed (contract.py)
+        contract = contract_of(style, fn)
+        keywords = tuple(k for k in keywords if contract.mode(k) != ABSENT)
     try:
         sig.bind(*args, **dict.fromkeys(keywords))
     except TypeError as exc:
@@ -153,6 +161,9 @@ class Implementation:
     sources: tuple[str | None, str | None, str | None, Path | None] | None = None
     modules: tuple[str, ...] = ()
     import_reads: tuple[EnvRead, ...] = ()
+    # the contract its register declares (:attr:`contract`); a field, so that a copy with a
+    # wrapped register (dataclasses.replace) keeps the one its own signature declares
+    declared: Contract | None = None
 
     def reloaded(self) -> Implementation:
         """The same implementation imported anew: the modules its load added are dropped
@@ -169,10 +180,25 @@ class Implementation:
         fresh.import_reads = self.import_reads + fresh.import_reads
         return fresh
 
+    @property
+    def contract(self) -> Contract:
+        """The contract its register declares (the sglang style: SGLang's; the reference:
+        kvreg's), read once from its signature."""
+        if self.declared is None:
+            self.declared = contract_of(self.style, self.register_fn)
+        return self.declared
+
     def granularity(self, spec: BufferSpec, limit: int,
                     families: Sequence[ExtentFamily] | None, index: int) -> int | None:
-        if self.style == "reference" or (self.style in ("generic", *SELF_REACHING)
-                                         and spec.granularity is None):
+        """The granularity register gets (None too where its register declares none); a
+        copy unit is chosen under ``limit`` only where the register declares a chunk limit."""
+        if self.style in ("generic", *SELF_REACHING):
+            if not self.contract.granularity:
+                return None
+            if spec.granularity is None:
+                return reference_unit(spec, limit if self.contract.limit else 1 << 62,
+                                      families, index)[0]
+        if self.style == "reference":
             return reference_unit(spec, limit, families, index)[0]
         return spec.granularity
 
@@ -183,12 +209,11 @@ class Implementation:
             return reference.register(cudart, int(buffer.data_ptr()), spec.nbytes,
                                       granularity=granularity, chunk_limit=limit)
         assert self.register_fn is not None
+        keywords = self.contract.kwargs(granularity=granularity, chunk_limit=limit)
         if self.style == "generic":
-            return self.register_fn(cudart, int(buffer.data_ptr()), spec.nbytes,
-                                    granularity=granularity, chunk_limit=limit)
+            return self.register_fn(cudart, int(buffer.data_ptr()), spec.nbytes, **keywords)
         if self.style in SELF_REACHING:
-            return self.register_fn(int(buffer.data_ptr()), spec.nbytes,
-                                    granularity=granularity, chunk_limit=limit)
+            return self.register_fn(int(buffer.data_ptr()), spec.nbytes, **keywords)
         if self.style == "sglang":
             self.register_fn(buffer, granularity)   # upstream passes G positionally
             return buffer
@@ -223,8 +248,8 @@ class Implementation:
                                                granularity=granularity)
         if self.style == "mooncake":
             assert self.register_fn is not None
-            return self.register_fn(store, ptr, nbytes, max_mr_size=max_mr_size,
-                                    granularity=granularity)
+            return self.register_fn(store, ptr, nbytes, **self.contract.kwargs(
+                max_mr_size=max_mr_size, granularity=granularity))
         raise ImplementationError(f"style {self.style!r} registers CUDA buffers, not MRs "
                                   "with a Mooncake store (use --style mooncake)")
 
@@ -240,16 +265,10 @@ class Implementation:
     def computes_own_mr_limit(self) -> bool:
         """Whether register_mr accepts ``max_mr_size=None`` and then computes the limit
         itself: the reference does; a mooncake-style function says so by giving the
-        parameter the default None."""
+        parameter the default None, or by not taking it."""
         if self.style == "reference":
             return True
-        if self.style != "mooncake" or self.register_fn is None:
-            return False
-        try:
-            param = inspect.signature(self.register_fn).parameters.get("max_mr_size")
-        except (TypeError, ValueError):
-            return False
-        return param is not None and param.default is None
+        return self.style == "mooncake" and not self.contract.limit
 
     def registers_mrs(self) -> bool:
         """Whether this implementation can run Mooncake scenarios."""

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .endstate import undrainable
 from .result import INTERNAL_ERROR, ScenarioResult, Violation
 
 __all__ = ["Cause", "causes", "dedupe", "hints", "render_causes"]
@@ -102,7 +103,8 @@ def causes(results: Sequence[ScenarioResult]) -> list[Cause]:
 
 def hints(results: Sequence[ScenarioResult], *, pinning: str | None = None,
           style: str = "reference") -> list[str]:
-    """Documented design choices the failures match, each said once."""
+    """Documented design choices the failures (and warnings, and skips) match, each said
+    once."""
     out: list[str] = []
     unpinned = [r for r in results if r.verdict == "fail" and r.violations
                 and all(v.rule == "registered" and "registered none of its" in v.message
@@ -119,6 +121,16 @@ def hints(results: Sequence[ScenarioResult], *, pinning: str | None = None,
                    "compute its own MR limit (mooncake limit = \"own\"); if your register "
                    "does (as FastDeploy's connector does), give its max_mr_size the default "
                    "None and they run.")
+    torch_pending = [r for r in results if any(undrainable(w) for w in r.warnings)]
+    if torch_pending:
+        first = next(w for w in torch_pending[0].warnings if undrainable(w))
+        out.append(f"{len(torch_pending)} scenario(s) end with an error pending in torch's "
+                   "runtime, which torch's binding cannot drain (it has no cudaGetLastError); "
+                   f"e.g. {torch_pending[0].id}: {first.message}. A warning, not a failure, "
+                   "and the same for every implementation registering through "
+                   "torch.cuda.cudart(); to leave nothing pending, register and drain through "
+                   "one runtime that has cudaGetLastError (docs/cuda-runtime.md §6). The JSON "
+                   "report lists each instance.")
     over = [r for r in results if r.verdict == "fail"
             and any(v.rule == "mr-over-limit" for v in r.violations)]
     if over and style == "mooncake":
@@ -126,6 +138,13 @@ def hints(results: Sequence[ScenarioResult], *, pinning: str | None = None,
                    "given. A register that computes its own limit should still honour a "
                    "given one; the mooncake limit = \"own\" scenarios judge the limit it "
                    "computes itself.")
+    undeclared = [r for r in results if r.verdict == "skip"
+                  and r.reason.startswith("the implementation declares no ")]
+    if undeclared:
+        out.append(f"{len(undeclared)} scenario(s) were skipped because they judge only a "
+                   "contract register does not declare (a granularity above the limit "
+                   "refused before any call); give register the parameters without a None "
+                   "default to be judged by it.")
     return out
 
 

@@ -35,6 +35,7 @@ from .result import Violation, whole_message
 
 __all__ = [
     "PINNING",
+    "UNDRAINABLE",
     "BufferEnd",
     "FailedCall",
     "Pending",
@@ -49,6 +50,7 @@ __all__ = [
     "recovered_warnings",
     "rollback_phrase",
     "summarize_exception",
+    "undrainable",
 ]
 
 PINNING = ("required", "optional")
@@ -339,6 +341,18 @@ class Pending:
     runtime: str       # "torch" or "cuda-bindings"
     code: int
     name: str
+    returned: bool = True   # False: the step raised (register() of a buffer, a teardown)
+
+
+# the end of the warning for an error torch's binding cannot drain: how reports recognise it
+# (said once per run as a hint, harness/run/causes.py; the JSON keeps every instance)
+UNDRAINABLE = "(torch's binding has no cudaGetLastError to drain it)"
+
+
+def undrainable(v: Violation) -> bool:
+    """Whether ``v`` is the warning for an error left pending where torch's binding offers
+    no way to drain it: the same for every correct implementation through that binding."""
+    return v.rule == "error-pending" and v.message.endswith(UNDRAINABLE)
 
 
 def check_error_pending(pending: Sequence[Pending], *, fallback: bool
@@ -357,7 +371,8 @@ def check_error_pending(pending: Sequence[Pending], *, fallback: bool
         if not p.code or (p.runtime, p.code) in seen:
             continue
         seen.add((p.runtime, p.code))
-        head = (f"after {p.step} returned, {p.runtime}'s runtime still holds {p.name} "
+        head = (f"after {p.step} {'returned' if p.returned else 'raised'}, {p.runtime}'s "
+                f"runtime still holds {p.name} "
                 f"({p.code}) as its last error: the next kernel-launch check reports it "
                 "against an unrelated op")
         if p.runtime != "torch":
@@ -369,6 +384,5 @@ def check_error_pending(pending: Sequence[Pending], *, fallback: bool
                                         "one runtime that has cudaGetLastError (cuda-python) "
                                         "or use cuMemHostRegister", 1 << 43))
         else:
-            warnings.append(Violation("error-pending", head + " (torch's binding has no "
-                                      "cudaGetLastError to drain it)", 1 << 43))
+            warnings.append(Violation("error-pending", f"{head} {UNDRAINABLE}", 1 << 43))
     return violations, warnings

@@ -84,6 +84,10 @@ class Scenario:
     profile_options: Mapping[str, Any] = field(default_factory=dict)
     # bytes each virtual buffer's base lies past a 2 MiB boundary ([pool] base_offset)
     base_offset: int = 0
+    # SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB as the scenario sets it: () follows chunk_limit
+    # (whole GiB, else unset); (value,) is that value, None for unset (chunk_gb = 0, "" or
+    # "unset": docs/pools.md §1)
+    chunk_var: tuple[str | None, ...] = ()
 
     def geometry(self) -> PoolGeometry:
         return make_geometry(self.pool_type, **dict(self.params))
@@ -131,18 +135,36 @@ def _unknown(ctx: _Ctx, data: Mapping[str, Any], allowed: Iterable[str], what: s
             ctx.fail(key, f"one of the {what} fields {sorted(allowed)} (unknown field)", None)
 
 
-def _chunk_limit(ctx: _Ctx, raw: Mapping[str, Any], defaults: Mapping[str, Any]) -> int:
-    """chunk_gb (whole GiB, like SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB) or chunk_bytes;
-    the scenario's own setting wins over [defaults]; 256 GiB (SGLang's default) otherwise."""
+# chunk_gb values that say how a deployment leaves the variable: SGLang 0.5.23 reads it with
+# EnvInt(256) (srt/environ.py: unset -> 256; a value int() cannot parse, such as "", -> a
+# warning and 256) and floors it at 1 GiB (pool_host/common.py _cuda_host_register:
+# max(value, 1) GiB), so 0 -> 1 GiB
+_CHUNK_GB_WORDS = {"unset": None, "": ""}
+_SGLANG_DEFAULT_GB = 256
+
+
+def _chunk_limit(ctx: _Ctx, raw: Mapping[str, Any], defaults: Mapping[str, Any]
+                 ) -> tuple[int, tuple[str | None, ...]]:
+    """(the limit, the variable's value) from chunk_gb (whole GiB, like
+    SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB; 0, "" or "unset" as deployments leave it) or
+    chunk_bytes; the scenario's own setting wins over [defaults]; 256 GiB (SGLang's default)
+    otherwise. The variable's value is () where it follows the limit."""
     for level in (raw, defaults):
         if "chunk_gb" in level and "chunk_bytes" in level:
             ctx.fail("chunk_bytes", "either chunk_gb or chunk_bytes, not both", None)
-            return 256 * GiB
+            return 256 * GiB, ()
         if "chunk_bytes" in level:
-            return _int(ctx, level, "chunk_bytes", minimum=1) or 1
+            return (_int(ctx, level, "chunk_bytes", minimum=1) or 1), ()
         if "chunk_gb" in level:
-            return (_int(ctx, level, "chunk_gb", minimum=1) or 1) * GiB
-    return 256 * GiB
+            value = level["chunk_gb"]
+            if isinstance(value, str) and value in _CHUNK_GB_WORDS:
+                return _SGLANG_DEFAULT_GB * GiB, (_CHUNK_GB_WORDS[value],)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                ctx.fail("chunk_gb", 'an integer >= 0 (GiB; 0 as the variable set to "0"), '
+                         '"" (set but empty) or "unset"', value)
+                return 256 * GiB, ()
+            return (max(value, 1) * GiB, ("0",)) if value == 0 else (value * GiB, ())
+    return 256 * GiB, ()
 
 
 def _pages_for(pool_type: str, params: dict[str, Any], total: int) -> int:
@@ -187,7 +209,7 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
     memory = merged.get("memory", pool.get("memory", "virtual"))
     if memory not in MEMORY:
         ctx.fail("memory", f"one of {list(MEMORY)}", memory)
-    limit = _chunk_limit(ctx, raw, defaults)
+    limit, chunk_var = _chunk_limit(ctx, raw, defaults)
     profile = merged.get("profile", "h200-r580")
     if profile not in PROFILES:
         ctx.fail("profile", f"one of {sorted(PROFILES)}", profile)
@@ -284,7 +306,8 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
                     exercise=tuple(exercise), expect=str(expect), empty=bool(empty),
                     call_budget=budget, tags=tuple(tags), backends=tuple(backends),
                     target=str(target), mooncake=dict(mooncake_opts), pinning=str(pinning),
-                    profile_options=dict(profile_options), base_offset=base_offset)
+                    profile_options=dict(profile_options), base_offset=base_offset,
+                    chunk_var=chunk_var)
 
 
 def _base_offset(ctx: _Ctx, pool: Mapping[str, Any], memory: str, target: Any) -> int:

@@ -28,8 +28,11 @@ def test_dir_lists_every_snapshot_name_before_any_call() -> None:
     # a fresh fake: nothing called yet, so no name can have been cached by a first call
     fake = FakeCuda()
     listed = set(dir(fake.runtime))
-    snapshot = set(symbols.snapshot_names("runtime"))
-    assert snapshot <= listed
+    # the installed module's names where cuda-bindings is installed (any release of the range
+    # pyproject.toml declares), the committed snapshot's without it
+    assert set(symbols.public_names("runtime")) <= listed
+    if symbols.live_names("runtime") is None:
+        assert set(symbols.snapshot_names("runtime")) <= listed
     assert {"cudaMalloc", "cudaMemcpy2D", "cudaHostRegister", "cudaDeviceAttr",
             "make_cudaExtent"} <= listed
 

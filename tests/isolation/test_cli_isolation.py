@@ -36,7 +36,7 @@ CASES: list[tuple[str, tuple[str, ...], str]] = [
 
 def check_complete(doc: Any) -> dict[str, dict[str, Any]]:
     """The report is the contract's JSON, complete: summary counts match the scenarios."""
-    assert set(doc) == {"summary", "causes", "hints", "scenarios"}
+    assert set(doc) == {"summary", "contract", "causes", "hints", "scenarios"}
     summary, scenarios = doc["summary"], doc["scenarios"]
     # every erroring or failing scenario is under a cause (an error: rule "error")
     if any(s["verdict"] in ("fail", "error") for s in scenarios):

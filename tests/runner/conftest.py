@@ -86,14 +86,20 @@ def kvreg_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
 def check_report(doc: Any) -> dict[str, dict[str, Any]]:
     """Assert ``doc`` is exactly the contract's JSON report; return scenarios by id.
 
-    ``{"summary": {"total", "passed", "failed", "errors", "skipped"}, "scenarios": [{"id",
-    "pool", "verdict", "violations", "warnings"}]}``; a skipped or errored scenario may add a
+    ``{"summary": {"total", "passed", "failed", "errors", "skipped"}, "contract": {"style",
+    "register", "keywords", "rules", "text"}, "scenarios": [{"id", "pool", "verdict",
+    "violations", "warnings"}]}``; a skipped or errored scenario may add a
     string ``reason``; a scenario whose pages went through the batch copy may add ``copy``
     (``{"pages_copied", "pages_total", "method"}``), nothing else. ``warnings`` is always
     present, possibly empty.
     """
-    assert isinstance(doc, dict) and set(doc) == {"summary", "causes", "hints", "scenarios"}, \
-        doc.keys()
+    assert isinstance(doc, dict) and set(doc) == {"summary", "contract", "causes", "hints",
+                                                  "scenarios"}, doc.keys()
+    contract = doc["contract"]
+    assert set(contract) == {"style", "register", "keywords", "rules", "text"}, contract
+    assert contract["text"].startswith("contract: ") and isinstance(contract["keywords"], dict)
+    assert set(contract["rules"]) <= {"chunk-over-limit", "not-rejected", "rejected-too-late",
+                                      "rejected-wrong-error"}
     assert isinstance(doc["hints"], list) and all(isinstance(h, str) and h for h in doc["hints"])
     summary, scenarios = doc["summary"], doc["scenarios"]
     assert set(summary) == SUMMARY_KEYS

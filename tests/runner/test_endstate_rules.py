@@ -405,8 +405,8 @@ def test_an_error_left_in_cuda_bindings_fails_in_every_style(tmp_path: Path, by_
     impl = make_implementation(f"{impl_file}:register", None, "generic")
     result = run_scenario(by_id[f"{REGRESSION}/first-chunk-out-of-memory"], impl)
     assert _rules(result) == ["error-pending"]
-    assert result.first_violation == (
-        "after register returned, cuda-bindings's runtime still holds "
+    assert result.first_violation == (     # register raised: said so (issue 24 §7)
+        "after register raised, cuda-bindings's runtime still holds "
         "cudaErrorMemoryAllocation (2) as its last error: the next kernel-launch check reports "
         "it against an unrelated op; drain it with cudaGetLastError through the same runtime")
 

@@ -61,10 +61,12 @@ BAD = {
                                  "def teardown(cudart, ranges):\n    pass\n", "--teardown",
                                  ["teardown(cudart, ranges)", "teardown(buffer)",
                                   "missing a required argument: 'ranges'"]),
-    "generic-no-granularity": ("generic", "def register(cudart, ptr, nbytes, *, chunk_limit):"
-                               "\n    pass\ndef teardown(cudart, ranges):\n    pass\n",
-                               "--impl", ["unexpected keyword argument 'granularity'",
-                                          "generic style"]),
+    # a contract keyword it takes positionally only cannot be passed by name (one it does
+    # not take at all is fine: it declares no such contract, tests/runner/test_contracts.py)
+    "generic-positional-only-limit": ("generic", "def register(cudart, ptr, nbytes, "
+                                      "chunk_limit, /):\n    pass\n"
+                                      "def teardown(cudart, ranges):\n    pass\n",
+                                      "--impl", ["chunk_limit", "generic style"]),
     "generic-sglang-shaped": ("generic", "def register(buffer, g):\n    pass\n"
                               "def teardown(buffer):\n    pass\n", "--impl",
                               ["register(cudart, ptr, nbytes, *, granularity, chunk_limit)"]),
@@ -168,12 +170,12 @@ def test_kvreg_run_exits_2_before_running(tmp_path: Path, capsys: pytest.Capture
 
 
 def test_kvreg_run_subprocess_shows_one_line_no_traceback(kvreg_cli, tmp_path: Path) -> None:
-    path = _module(tmp_path, BAD["generic-no-granularity"][1], "proc_bad")
+    path = _module(tmp_path, BAD["generic-positional-only-limit"][1], "proc_bad")
     proc = kvreg_cli("run", "--impl", f"{path}:register", "--style", "generic", "-k", MLA)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "--impl" in lines[0] and "granularity" in lines[0], lines
+    assert len(lines) == 1 and "--impl" in lines[0] and "chunk_limit" in lines[0], lines
 
 
 def test_plugin_refuses_a_wrong_signature_as_a_usage_error(pytester: pytest.Pytester) -> None:

@@ -9,6 +9,7 @@ well where chunks were registered before the failing one."""
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import torch
@@ -22,11 +23,23 @@ def _unregister_ranges(cudart: Any, ranges: list[tuple[int, int]]) -> list[tuple
     return failed
 
 
+def _chunk_gb() -> int:
+    """As SGLang's EnvInt(256) reads the variable (srt/environ.py EnvField.get): unset, or a
+    value int() cannot parse ("" too, with a warning), is the default."""
+    raw = os.environ.get("SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB")
+    try:
+        return int(raw) if raw is not None else 256
+    except ValueError:
+        warnings.warn(f"Invalid value for SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB: {raw!r}, "
+                      'using default "256"', stacklevel=2)
+        return 256
+
+
 def register(buffer: Any, registration_granularity_bytes: int | None = None) -> None:
     cudart = torch.cuda.cudart()
     base = buffer.data_ptr()
     total = buffer.numel() * buffer.element_size()
-    limit = max(int(os.environ.get("SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB", "256")), 1) << 30
+    limit = max(_chunk_gb(), 1) << 30
     g = registration_granularity_bytes
     if g is None:
         chunk = total

@@ -6,12 +6,27 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from typing import Any
 
 import torch
 
 ATTR = "_sglang_cuda_host_registered_ranges"
 log = logging.getLogger(__name__)
+
+
+def _chunk_gb() -> int:
+    """As SGLang 0.5.23's EnvInt(256) reads the variable (srt/environ.py EnvField.get): unset
+    is the default; a value int() cannot parse ("" too) is the default, with a warning."""
+    raw = os.environ.get("SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB")
+    if raw is None:
+        return 256
+    try:
+        return int(raw)
+    except ValueError:
+        warnings.warn(f"Invalid value for SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB: {raw!r}, "
+                      'using default "256"', stacklevel=2)
+        return 256
 
 
 def _unregister_ranges(cudart: Any, ranges: list[tuple[int, int]], operation: str
@@ -31,7 +46,7 @@ def register(buffer: Any, registration_granularity_bytes: int | None = None) -> 
     cudart = torch.cuda.cudart()
     base = buffer.data_ptr()
     total = buffer.numel() * buffer.element_size()
-    limit = max(int(os.environ.get("SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB", "256")), 1) << 30
+    limit = max(_chunk_gb(), 1) << 30
     g = registration_granularity_bytes
     if g is None:
         chunk = total
