@@ -21,6 +21,27 @@ def _moved(key: str) -> str:
     return "pages moved" if key.startswith("scale:mooncake/") else "extents copied"
 
 
+def _catalog_lines(impl: str) -> list[str]:
+    """The catalog's isolation ratios (benchmarks/test_bench_isolation.py), best of three
+    and median, wall and CPU."""
+    key = f"catalog:{impl}:"
+    if f"{key}load" not in MEDIANS:
+        return []
+    out = [f"bundled catalog against {impl} (load average up to {MEDIANS[key + 'load']:.1f}; "
+           f"workers started: -j 1 {MEDIANS[key + 'isolated:j1:workers']:.0f}, "
+           f"-j 2 {MEDIANS[key + 'isolated:j2:workers']:.0f})"]
+    for stat in ("best", "median"):
+        def get(mode: str, jobs: int, what: str, stat: str = stat) -> float:
+            return MEDIANS[f"{key}{mode}:j{jobs}:{what}:{stat}"]
+        inp, j1, j2 = (get("in-process", 1, "wall_s"), get("isolated", 1, "wall_s"),
+                       get("isolated", 2, "wall_s"))
+        out.append(f"  {stat}: -j 1 {j1:.2f} s (target < 5 s), in-process {inp:.2f} s, "
+                   f"-j 2 {j2:.2f} s; -j 1 / in-process = {j1 / inp:.2f}x (target <= 1.3x), "
+                   f"-j 2 / -j 1 = {j2 / j1:.2f}x (target <= 0.85x); CPU -j 1 / in-process = "
+                   f"{get('isolated', 1, 'cpu_s') / get('in-process', 1, 'cpu_s'):.2f}x")
+    return out
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     pairs = [("register_unregister_full", "register_unregister_bare", "<= 3x"),
              ("register_unregister_full_tail", "register_unregister_bare", "<= 3x"),
@@ -52,14 +73,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         lines.append(f"kvreg plan of 1e12 pages (3 algorithms + SVG): "
                      f"{MEDIANS['plan_1e12_s']:.2f} s (target < 1 s), peak RSS growth "
                      f"{MEDIANS['plan_1e12_rss_mb']:.0f} MB (target < 100 MB)")
-    for jobs in (1, 2):
-        iso, inp = (f"catalog_isolated_j{jobs}_wall_s", f"catalog_in-process_j{jobs}_wall_s")
-        if iso in MEDIANS and inp in MEDIANS:
-            lines.append(
-                f"bundled catalog -j {jobs}: isolated {MEDIANS[iso]:.1f} s, in-process "
-                f"{MEDIANS[inp]:.1f} s wall = {MEDIANS[iso] / MEDIANS[inp]:.2f}x (target <= 1.3x); "
-                f"CPU {MEDIANS[iso.replace('wall', 'cpu')]:.1f} s vs "
-                f"{MEDIANS[inp.replace('wall', 'cpu')]:.1f} s")
+    for impl in ("reference", "sglang_upstream"):
+        lines.extend(_catalog_lines(impl))
     if lines:
         terminalreporter.section("kvreg performance ratios")
         for line in lines:

@@ -132,13 +132,16 @@ class ProcessState:
     A worker that runs many scenarios is one process to the code under test: after the
     code's first successful ``cuInit`` it is right to call ``cuInit`` never again (the driver
     is initialised per process, docs/cuda-runtime.md §2.2). So, in such a worker, a fake
-    patched in after one whose driver was initialised starts initialised. Off by default:
-    elsewhere (tests) every fake is a fresh process.
+    patched in after one whose driver was initialised starts initialised, and the contexts
+    (each thread's current context, the primary contexts' retains) are the process's, shared
+    by every fake patched in (docs/cuda-runtime.md §13). Off by default: elsewhere (tests)
+    every fake is a fresh process.
     """
 
     def __init__(self) -> None:
         self.carry = False
         self.driver_initialised = False
+        self.contexts: Any = None   # the ContextState of the first fake patched in
 
 
 PROCESS = ProcessState()

@@ -24,8 +24,12 @@ pool costs no RAM. The mechanism, per reservation:
 
 :func:`release` frees a reservation's RAM at once (the pages read as zeros afterwards) and
 unmaps it as soon as nothing refers to it, so many scenarios' pools fit one address space;
-:func:`live` lists what is still mapped. Linux only (memfd, ``/proc``); elsewhere
-:func:`reserve_tensor` raises :class:`OSError` naming what is missing.
+:func:`live` lists what is still mapped. A released buffer that only garbage in a reference
+cycle holds (a world kept by an exception's traceback) is unmapped by the next garbage
+collection, and when such mappings pass :data:`PENDING_LIMIT` a new reservation collects first:
+the address space they hold is shared with every other mapping of the process (the code under
+test's, torch's), whose ``mmap`` would fail with ``ENOMEM`` before ours retries. Linux only
+(memfd, ``/proc``); elsewhere :func:`reserve_tensor` raises :class:`OSError` naming what is missing.
 """
 
 from __future__ import annotations
@@ -45,11 +49,14 @@ from .dtypes import as_dtype
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DEFAULT_ALIGN", "Reservation", "live", "release", "reservation_of", "reserve",
-           "reserve_tensor"]
+__all__ = ["DEFAULT_ALIGN", "PENDING_LIMIT", "Reservation", "live", "release", "reservation_of",
+           "reserve", "reserve_tensor"]
 
 DEFAULT_ALIGN = 2 << 20         # like a 2 MiB hugepage-aligned mmap
 PAGE = 4096
+# released mappings still waiting for the collector, in bytes of address space, before a new
+# reservation runs it: a few 4 TiB pools of the 128 TiB an x86-64 process has
+PENDING_LIMIT = 16 << 40
 
 _PROT_NONE, _PROT_RW = 0, 3
 _MAP_SHARED, _MAP_PRIVATE, _MAP_FIXED, _MAP_ANONYMOUS, _MAP_NORESERVE = \
@@ -96,6 +103,7 @@ class Reservation:
 
     def __init__(self, nbytes: int, align: int, name: str, offset: int = 0) -> None:
         libc = _libc()
+        _collect_released()
         self.nbytes = nbytes
         self.name = name
         lead, inpage = offset & ~(PAGE - 1), offset & (PAGE - 1)
@@ -156,6 +164,13 @@ class Reservation:
         state = "released" if self.released else "live"
         return (f"Reservation({self.name!r}, base={self.base:#x}, nbytes={self.nbytes}, "
                 f"{state})")
+
+
+def _collect_released() -> None:
+    """Run the collector when released mappings awaiting it hold more than PENDING_LIMIT."""
+    pending = sum(r.span for r in live() if r.released)
+    if pending > PENDING_LIMIT:
+        gc.collect()
 
 
 def _reserve(libc: _Libc, span: int) -> int | None:

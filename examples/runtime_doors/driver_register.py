@@ -8,13 +8,22 @@ the ``driver`` style (kvreg's fake answers the door this code uses):
     kvreg run --impl examples/runtime_doors/driver_register.py:register --style driver
 
 ``generic_register`` / ``generic_teardown`` offer the same code to the ``generic`` style.
+
+Driver memory calls need a CUDA context current on the calling thread. ``cuInit`` makes none
+current, and the thread that registers may never have called the runtime (a worker thread):
+there ``cuMemHostRegister`` gives CUDA_ERROR_INVALID_CONTEXT. So each call makes the device's
+primary context current for its duration when the thread has none, and puts things back
+after (kvcache-ai/Mooncake PR #2034; docs/cuda-runtime.md §13).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 PAGE = 4096
+DEVICE = 0   # the GPU the pool serves
 
 
 class CudaRegistrationError(RuntimeError):
@@ -28,6 +37,30 @@ def _driver() -> Any:
     if int(err) != 0:
         raise CudaRegistrationError(f"cuInit failed: {_name(driver, err)}")
     return driver
+
+
+@contextmanager
+def _primary_context(driver: Any) -> Iterator[None]:
+    """The device's primary context current on this thread for the block, if none is."""
+    err, current = driver.cuCtxGetCurrent()
+    if int(err) != 0:
+        raise CudaRegistrationError(f"cuCtxGetCurrent failed: {_name(driver, err)}")
+    if int(current) != 0:    # the thread already has one (the runtime made it current)
+        yield
+        return
+    err, ctx = driver.cuDevicePrimaryCtxRetain(DEVICE)
+    if int(err) != 0:
+        raise CudaRegistrationError(f"cuDevicePrimaryCtxRetain failed: {_name(driver, err)}")
+    try:
+        (err,) = driver.cuCtxSetCurrent(ctx)
+        if int(err) != 0:
+            raise CudaRegistrationError(f"cuCtxSetCurrent failed: {_name(driver, err)}")
+        try:
+            yield
+        finally:
+            driver.cuCtxSetCurrent(None)
+    finally:
+        driver.cuDevicePrimaryCtxRelease(DEVICE)
 
 
 def _name(driver: Any, err: Any) -> str:
@@ -52,15 +85,16 @@ def register(ptr: int, nbytes: int, *, granularity: int | None,
     chunks = plan(nbytes, granularity, chunk_limit)
     driver = _driver()
     done: list[tuple[int, int]] = []
-    for off, size in chunks:
-        (err,) = driver.cuMemHostRegister(ptr + off, size, 0)
-        if int(err) != 0:
-            failures = _release(driver, done)
-            raise CudaRegistrationError(
-                f"cuMemHostRegister({ptr + off:#x}, {size}) failed: {_name(driver, err)} "
-                f"(rc={int(err)}); rolled back {len(done)} chunk(s)"
-                + (f", {len(failures)} of them failed to unregister" if failures else ""))
-        done.append((ptr + off, size))
+    with _primary_context(driver):
+        for off, size in chunks:
+            (err,) = driver.cuMemHostRegister(ptr + off, size, 0)
+            if int(err) != 0:
+                failures = _release(driver, done)
+                raise CudaRegistrationError(
+                    f"cuMemHostRegister({ptr + off:#x}, {size}) failed: {_name(driver, err)} "
+                    f"(rc={int(err)}); rolled back {len(done)} chunk(s)"
+                    + (f", {len(failures)} of them failed to unregister" if failures else ""))
+            done.append((ptr + off, size))
     return done
 
 
@@ -82,7 +116,8 @@ def teardown(ranges: list[tuple[int, int]]) -> None:
     if not ranges:
         return
     driver = _driver()
-    failures = _release(driver, ranges)
+    with _primary_context(driver):
+        failures = _release(driver, ranges)
     left = {base for base, _ in failures}
     ranges[:] = [r for r in ranges if r[0] in left]
     if failures:

@@ -10,10 +10,12 @@ pointers) whose C ends are Python callbacks with the C signatures of
 passed without ``argtypes`` fails to convert as ctypes fails it, and a ``restype`` left at
 ``c_int`` on ``cudaGetErrorString`` yields a truncated address, not text.
 
-The library is its own runtime instance with its own last-error slot (docs/cuda-runtime.md §6): the
-system
-libcudart, or torch's bundled ``libcudart-<hash>.so`` when that file is loaded, which is then
-torch's instance. Registrations are the driver's, shared with every other face.
+Which runtime instance a name loads is the dynamic loader's answer (docs/cuda-runtime.md §6.1):
+torch's, with its last-error slot, when glibc returns the object torch loaded (its soname
+``libcudart.so.<major>`` in PyPI CUDA wheels, or the path of that file); the system libcudart,
+another instance with its own slot, for any other name or file
+(:meth:`~kvreg.fakes.cuda.fake_cuda.FakeCuda.is_torch_libcudart`). Registrations are the
+driver's, shared with every other face.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ from .host_mapping import range_is_mapped, virtual_extent
 from .profile import DeviceProfile, get_profile
 from .registry import Pinned, PinnedRegistry
 
-__all__ = ["ALIAS_OFFSET", "DEVICE_BASE", "FLAG_BITS", "DeviceAlloc", "FakeDriver"]
+__all__ = ["ALIAS_OFFSET", "DEVICE_BASE", "FLAG_BITS", "PRIMARY_CONTEXT_BASE", "ContextState",
+           "DeviceAlloc", "FakeDriver"]
 
 # cudaHostRegister / cuMemHostRegister flags (docs/cuda-runtime.md §2.1, driver_types.h 92-96) [DOC]
 REGISTER_DEFAULT, REGISTER_PORTABLE, REGISTER_MAPPED, REGISTER_IO_MEMORY, REGISTER_READ_ONLY = (
@@ -30,6 +31,88 @@ _new_tuple = tuple.__new__
 
 DEVICE_BASE = 3 << 60    # fake device pointers: non-canonical, apart from host virtual memory
 ALIAS_OFFSET = 2 << 60   # device aliases of host memory, when alias != host VA
+
+
+# CUcontext handles of the primary contexts: device d's is PRIMARY_CONTEXT_BASE + d * 0x1000
+PRIMARY_CONTEXT_BASE = 0x5C0_0000_0000
+
+
+class ContextState:
+    """The driver's contexts (docs/cuda-runtime.md §13): one primary context per device with
+    its retain count, and a context stack per host thread, whose top is the thread's current
+    context. A thread starts with an empty stack: driver calls that need a context then give
+    CUDA_ERROR_INVALID_CONTEXT (201) [DOC: cuda.h]. Shared by the fakes of one process when
+    its state is carried (kvreg.fakes.doors.ProcessState)."""
+
+    def __init__(self) -> None:
+        self._tls = threading.local()
+        self.retained: dict[int, int] = {}     # device -> primary context retain count
+        self.runtime_holds: set[int] = set()   # devices whose primary context the runtime uses
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def primary(device: int) -> int:
+        return PRIMARY_CONTEXT_BASE + device * 0x1000
+
+    @staticmethod
+    def device_of(ctx: int) -> int | None:
+        """The device of a primary context handle, None for any other value."""
+        offset = ctx - PRIMARY_CONTEXT_BASE
+        return offset // 0x1000 if offset >= 0 and offset % 0x1000 == 0 else None
+
+    def stack(self) -> list[int]:
+        try:
+            return self._tls.stack  # type: ignore[no-any-return]
+        except AttributeError:
+            stack: list[int] = []
+            self._tls.stack = stack
+            return stack
+
+    def current(self) -> int:
+        """The calling thread's current context; 0 (NULL) when it has none."""
+        stack = self.stack()
+        return stack[-1] if stack else 0
+
+    def set_current(self, ctx: int) -> None:
+        """cuCtxSetCurrent: replace the top of the stack; NULL pops it (no-op when empty)."""
+        stack = self.stack()
+        if ctx:
+            if stack:
+                stack[-1] = ctx
+            else:
+                stack.append(ctx)
+        elif stack:
+            stack.pop()
+
+    def clear_thread(self) -> None:
+        self.stack().clear()
+
+    def retain(self, device: int) -> int:
+        with self.lock:
+            self.retained[device] = self.retained.get(device, 0) + 1
+        return self.primary(device)
+
+    def release(self, device: int) -> bool:
+        """False when the device's primary context holds no retain to release."""
+        with self.lock:
+            count = self.retained.get(device, 0)
+            if count <= 0:
+                return False
+            self.retained[device] = count - 1
+            return True
+
+    def runtime_uses(self, device: int) -> None:
+        """The runtime's first call on ``device`` needing a context: it retains the primary
+        context (once per process) and makes it current on the calling thread when that
+        thread has none (CUDA Runtime API, "Context Management") [DOC]."""
+        if device not in self.runtime_holds:
+            with self.lock:
+                if device not in self.runtime_holds:
+                    self.runtime_holds.add(device)
+                    self.retained[device] = self.retained.get(device, 0) + 1
+        stack = self.stack()
+        if not stack:
+            stack.append(self.primary(device))
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +150,8 @@ class FakeDriver:
         # cuInit done, or a runtime call that needs a context passed its gate: per process, so
         # every runtime instance and the driver face see it (docs/cuda-runtime.md §6)
         self.initialised = False
+        # primary contexts and each thread's current context (docs/cuda-runtime.md §13)
+        self.contexts = ContextState()
         # aliases of registrations whose alias != VA: base -> alias
         self._alias_next = ALIAS_OFFSET
         self._mapped_hint = (0, 0, -1)
@@ -93,6 +178,14 @@ class FakeDriver:
 
     def set_current_device(self, device: int) -> None:
         self._thread_device[threading.get_ident()] = device
+
+    def runtime_enter(self) -> None:
+        """A runtime call that needs a context passed its gate: the driver is initialised for
+        the process, and the calling thread gets the primary context of its device as current
+        when it has none (docs/cuda-runtime.md §13.2)."""
+        self.initialised = True
+        if not getattr(self.contexts._tls, "stack", None):
+            self.contexts.runtime_uses(self.current_device())
 
     @property
     def has_device_memory(self) -> bool:

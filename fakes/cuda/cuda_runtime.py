@@ -75,10 +75,12 @@ class FakeRuntime:
     def _enter(self) -> int:
         """The gate of a call that needs a context: its first pass initialises the driver and the
         primary context for the whole process, as the runtime does on first use (CUDA Runtime API,
-        "Interactions with the CUDA Driver API"); error and version queries do not enter."""
+        "Interactions with the CUDA Driver API"), and makes the primary context current on the
+        calling thread if it has none (docs/cuda-runtime.md §13.2); error and version queries do
+        not enter."""
         code = self._init_error()
         if not self.driver.env_failing:
-            self.driver.initialised = True
+            self.driver.runtime_enter()
         return code
 
     def set_last_error(self, code: int) -> None:
@@ -121,6 +123,11 @@ class FakeRuntime:
         if not 0 <= device < self.driver.profile.device_count:
             return self._fail(E.INVALID_DEVICE)
         self.driver.set_current_device(device)
+        # CUDA 12.0+: cudaSetDevice initialises the device's primary context and makes it
+        # current on the calling thread (docs/cuda-runtime.md §13.2) [DOC]
+        contexts = self.driver.contexts
+        contexts.runtime_uses(device)
+        contexts.set_current(contexts.primary(device))
         return 0
 
     def device_get_attribute(self, attr: int, device: int) -> tuple[int, int | None]:
@@ -148,7 +155,7 @@ class FakeRuntime:
         driver = self.driver
         if driver.env_failing or driver.sticky_error:   # the hot path skips the method call
             return self._enter()
-        driver.initialised = True
+        driver.runtime_enter()
         code = driver.host_register(ptr, size, flags)
         if code:
             self._tls.last = code
@@ -158,7 +165,7 @@ class FakeRuntime:
         driver = self.driver
         if driver.env_failing or driver.sticky_error:
             return self._enter()
-        driver.initialised = True
+        driver.runtime_enter()
         code = driver.host_unregister(ptr)
         if code:
             self._tls.last = code

@@ -13,12 +13,15 @@ modelled, any other raises :class:`NotModelledError`.
 Modelled rules: ``cuInit(0)`` first, or every call gives CUDA_ERROR_NOT_INITIALIZED (3)
 [DOC: cuda.h, "cuInit must be called before any other function"]; a runtime call that needs a
 context (``cudaFree(0)``, ``cudaHostRegister``, ... through any face) initialises the driver for
-the process as well [DOC: CUDA Runtime API, "Interactions with the CUDA Driver API"]; after
-either, the primary context is taken as current (what a process that already uses the runtime
-has) [INF]. With no driver the binding cannot load ``libcuda`` and raises on the first call
-(observed with cuda-bindings 13.5.0 and no driver; a test compares the two where that is the
-machine); with no GPU cuInit gives CUDA_ERROR_NO_DEVICE (100); with the stub library every call
-gives CUDA_ERROR_STUB_LIBRARY (34) [DOC enum comments].
+the process as well [DOC: CUDA Runtime API, "Interactions with the CUDA Driver API"]. Memory
+calls need a context current on the calling thread, or give CUDA_ERROR_INVALID_CONTEXT (201):
+``cuInit`` makes none current; the runtime makes the primary context current on each thread
+it is called on, and driver code makes one current with ``cuDevicePrimaryCtxRetain`` +
+``cuCtxSetCurrent`` / ``cuCtxPushCurrent`` (docs/cuda-runtime.md §13). With no driver the
+binding cannot load ``libcuda`` and raises on the first call (observed with cuda-bindings
+13.5.0 and no driver; a test compares the two where that is the machine); with no GPU cuInit
+gives CUDA_ERROR_NO_DEVICE (100); with the stub library every call gives
+CUDA_ERROR_STUB_LIBRARY (34) [DOC enum comments].
 """
 
 from __future__ import annotations
@@ -34,10 +37,11 @@ from .cuda_driver import FakeDriver
 from .cuda_python_face import pointer_arg, unsigned_arg
 from .symbols import NotModelledError, not_modelled_stub, public_names, real_module, snapshot_names
 
-__all__ = ["DRIVER_OUTPUTS", "DRIVER_POINTS", "RUNTIME_TWINS", "CudaDriverFace",
+__all__ = ["DRIVER_OUTPUTS", "DRIVER_POINTS", "INVALID_CONTEXT", "RUNTIME_TWINS", "CudaDriverFace",
            "DriverLibraryMissing"]
 
 _NAME = "cuda.bindings.driver"
+INVALID_CONTEXT = 201   # CUDA_ERROR_INVALID_CONTEXT (cuda.h) [DOC]
 _U64 = 1 << 64
 _U32 = 1 << 32
 
@@ -46,11 +50,13 @@ DRIVER_OUTPUTS: dict[str, int] = {
     "cuInit": 0, "cuDriverGetVersion": 1, "cuDeviceGetCount": 1, "cuDeviceGet": 1,
     "cuMemHostRegister": 0, "cuMemHostUnregister": 0, "cuMemHostGetFlags": 1,
     "cuMemHostGetDevicePointer": 1, "cuPointerGetAttribute": 1, "cuGetErrorName": 1,
-    "cuGetErrorString": 1,
+    "cuGetErrorString": 1, "cuDevicePrimaryCtxRetain": 1, "cuDevicePrimaryCtxRelease": 0,
+    "cuCtxSetCurrent": 0, "cuCtxGetCurrent": 1, "cuCtxPushCurrent": 0, "cuCtxPopCurrent": 1,
+    "cuCtxGetDevice": 1,
 }
 
 # fault points of this face, with the codes each call documents (cuda.h) [DOC]
-_COMMON = frozenset({E.INITIALIZATION_ERROR, E.CUDART_UNLOADING, 201})
+_COMMON = frozenset({E.INITIALIZATION_ERROR, E.CUDART_UNLOADING, INVALID_CONTEXT})
 DRIVER_POINTS: dict[str, frozenset[int] | None] = {
     "cudriver.cuMemHostRegister": _COMMON | {E.INVALID_VALUE, E.MEMORY_ALLOCATION,
                                             E.HOST_MEMORY_ALREADY_REGISTERED, E.NOT_PERMITTED,
@@ -131,13 +137,16 @@ def _fallback_types() -> dict[str, Any]:
     class CUdevice(_Handle):
         pass
 
+    class CUcontext(_Handle):
+        pass
+
     return {"CUresult": result, "CUpointer_attribute": attribute, "CUdeviceptr": CUdeviceptr,
-            "CUdevice": CUdevice, "CU_MEMHOSTREGISTER_PORTABLE": 1,
+            "CUdevice": CUdevice, "CUcontext": CUcontext, "CU_MEMHOSTREGISTER_PORTABLE": 1,
             "CU_MEMHOSTREGISTER_DEVICEMAP": 2, "CU_MEMHOSTREGISTER_IOMEMORY": 4,
             "CU_MEMHOSTREGISTER_READ_ONLY": 8}
 
 
-_TYPE_NAMES = ("CUresult", "CUpointer_attribute", "CUdeviceptr", "CUdevice")
+_TYPE_NAMES = ("CUresult", "CUpointer_attribute", "CUdeviceptr", "CUdevice", "CUcontext")
 
 
 class CudaDriverFace(types.ModuleType):
@@ -171,6 +180,28 @@ class CudaDriverFace(types.ModuleType):
         if not self._kvreg_driver.initialised:
             return E.INITIALIZATION_ERROR       # CUDA_ERROR_NOT_INITIALIZED (3)
         return self._kvreg_driver.sticky_error
+
+    def _ready_ctx(self) -> int:
+        """As :meth:`_ready`, for a call that needs a current context: 201 on a thread with
+        none (cuda.h lists CUDA_ERROR_INVALID_CONTEXT for each such call) [DOC]."""
+        code = self._ready()
+        if code:
+            return code
+        return 0 if self._kvreg_driver.contexts.current() else INVALID_CONTEXT
+
+    def _device_arg(self, dev: Any) -> int | None:
+        """A CUdevice (or int) ordinal; None when the device does not exist."""
+        n = int(dev)
+        return n if 0 <= n < self._kvreg_driver.profile.device_count else None
+
+    def _context_arg(self, ctx: Any) -> int | None:
+        """A CUcontext (or int, or None for NULL) as a handle: 0 for NULL, None for a value
+        that is no context of this process."""
+        handle = 0 if ctx is None else int(ctx)
+        if handle == 0:
+            return 0
+        device = self._kvreg_driver.contexts.device_of(handle)
+        return handle if device is not None and self._device_arg(device) is not None else None
 
     # -- initialisation and devices -------------------------------------------------------
     def cuInit(self, Flags: Any) -> tuple[Any]:
@@ -211,6 +242,75 @@ class CudaDriverFace(types.ModuleType):
             return self._r(E.INVALID_DEVICE), None
         return self._r(0), self.CUdevice(n)
 
+    # -- contexts (docs/cuda-runtime.md §13) -------------------------------------------------
+    def cuDevicePrimaryCtxRetain(self, dev: Any) -> tuple[Any, Any]:
+        """The device's primary context, one retain more; not made current [DOC]."""
+        code = self._ready()
+        if code:
+            return self._r(code), None
+        device = self._device_arg(dev)
+        if device is None:
+            return self._r(E.INVALID_DEVICE), None
+        return self._r(0), self.CUcontext(self._kvreg_driver.contexts.retain(device))
+
+    def cuDevicePrimaryCtxRelease(self, dev: Any) -> tuple[Any]:
+        """One retain less; releasing one that holds none -> 201 [INF]."""
+        code = self._ready()
+        if code:
+            return (self._r(code),)
+        device = self._device_arg(dev)
+        if device is None:
+            return (self._r(E.INVALID_DEVICE),)
+        released = self._kvreg_driver.contexts.release(device)
+        return (self._r(0 if released else INVALID_CONTEXT),)
+
+    def cuCtxSetCurrent(self, ctx: Any) -> tuple[Any]:
+        """Replaces the top of the thread's context stack; NULL pops it [DOC]."""
+        code = self._ready()
+        if code:
+            return (self._r(code),)
+        handle = self._context_arg(ctx)
+        if handle is None:
+            return (self._r(INVALID_CONTEXT),)
+        self._kvreg_driver.contexts.set_current(handle)
+        return (self._r(0),)
+
+    def cuCtxGetCurrent(self) -> tuple[Any, Any]:
+        """The thread's current context; a NULL CUcontext (and success) when it has none [DOC]."""
+        code = self._ready()
+        if code:
+            return self._r(code), None
+        return self._r(0), self.CUcontext(self._kvreg_driver.contexts.current())
+
+    def cuCtxPushCurrent(self, ctx: Any) -> tuple[Any]:
+        """Pushes a context on the thread's stack (it becomes current); NULL -> 201 [INF]."""
+        code = self._ready()
+        if code:
+            return (self._r(code),)
+        handle = self._context_arg(ctx)
+        if not handle:
+            return (self._r(INVALID_CONTEXT),)
+        self._kvreg_driver.contexts.stack().append(handle)
+        return (self._r(0),)
+
+    def cuCtxPopCurrent(self) -> tuple[Any, Any]:
+        """Pops the thread's current context; an empty stack -> 201 [DOC]."""
+        code = self._ready()
+        if code:
+            return self._r(code), None
+        stack = self._kvreg_driver.contexts.stack()
+        if not stack:
+            return self._r(INVALID_CONTEXT), None
+        return self._r(0), self.CUcontext(stack.pop())
+
+    def cuCtxGetDevice(self) -> tuple[Any, Any]:
+        """The device of the current context; none current -> 201 [DOC]."""
+        code = self._ready_ctx()
+        if code:
+            return self._r(code), None
+        device = self._kvreg_driver.contexts.device_of(self._kvreg_driver.contexts.current())
+        return self._r(0), self.CUdevice(device or 0)
+
     def cuGetErrorName(self, error: Any) -> tuple[Any, bytes | None]:
         """The CUresult name; an unknown code -> (1, None)."""
         self._ready_for_strings()
@@ -235,11 +335,11 @@ class CudaDriverFace(types.ModuleType):
 
     # -- registration (docs/cuda-runtime.md §2, §3, §6) --------------------------------------------
     def cuMemHostRegister(self, p: Any, bytesize: Any, Flags: Any) -> tuple[Any]:
-        """The runtime's rules (712, 1, 2, 801, 800) at driver level; no last-error slot."""
+        """The runtime's rules (712, 1, 2, 801, 800) at driver level; no context -> 201."""
         ptr = pointer_arg(p)
         size = unsigned_arg(bytesize, _U64, "size_t")
         flags = unsigned_arg(Flags, _U32, "unsigned int")
-        code = self._ready()
+        code = self._ready_ctx()
         if code:
             return (self._r(code),)
         return (self._r(self._kvreg_driver.host_register(ptr, size, flags)),)
@@ -247,7 +347,7 @@ class CudaDriverFace(types.ModuleType):
     def cuMemHostUnregister(self, p: Any) -> tuple[Any]:
         """Exact base -> 0; interior -> 1; unknown or twice -> 713 (docs/cuda-runtime.md §3)."""
         ptr = pointer_arg(p)
-        code = self._ready()
+        code = self._ready_ctx()
         if code:
             return (self._r(code),)
         return (self._r(self._kvreg_driver.host_unregister(ptr)),)
@@ -255,7 +355,7 @@ class CudaDriverFace(types.ModuleType):
     def cuMemHostGetFlags(self, p: Any) -> tuple[Any, int | None]:
         """Flags of pinned memory; registered memory per profile [UNC] (docs/cuda-runtime.md §4)."""
         ptr = pointer_arg(p)
-        code = self._ready()
+        code = self._ready_ctx()
         if code:
             return self._r(code), None
         driver = self._kvreg_driver
@@ -269,7 +369,7 @@ class CudaDriverFace(types.ModuleType):
         """The device alias (== host VA unless attribute 91 is 0); Flags must be 0 (§4)."""
         ptr = pointer_arg(p)
         flags = unsigned_arg(Flags, _U32, "unsigned int")
-        code = self._ready()
+        code = self._ready_ctx()
         if code:
             return self._r(code), None
         entry = self._kvreg_driver.pinned.containing(ptr)
@@ -281,7 +381,7 @@ class CudaDriverFace(types.ModuleType):
         """Registered host and device memory; unregistered host memory -> 1 [DOC]."""
         attr = int(attribute)
         address = pointer_arg(ptr)
-        code = self._ready()
+        code = self._ready_ctx()
         if code:
             return self._r(code), None
         if attr not in (_PA_MEMORY_TYPE, _PA_DEVICE_POINTER, _PA_HOST_POINTER, _PA_IS_MANAGED,

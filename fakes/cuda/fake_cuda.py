@@ -7,12 +7,16 @@ This is what tests and the ``fake_cudart`` fixture hold. Under ``fake.patch()``,
 process's doors (:mod:`kvreg.fakes.doors`), so a handle kept from an earlier patch reaches
 the fake patched in now, and patches nest. Every door is
 recorded and fault-injected by one :class:`~kvreg.fakes.recorder.Intercepted` layer, sharing
-one trace and one plan; each runtime instance (torch's, cuda-bindings', the ctypes-loaded
-libcudart) keeps its own last-error slot over the one driver (docs/cuda-runtime.md §6).
+one trace and one plan; each runtime instance (torch's, cuda-bindings', the system
+libcudart) keeps its own last-error slot over the one driver (docs/cuda-runtime.md §6), and a
+ctypes load is whichever of torch's and the system's the dynamic loader returns for its name
+(§6.1). The driver keeps each thread's current context (§13); the thread that patches the fake
+in has the primary context current, as a serving engine's main thread has.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -38,6 +42,10 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["FakeCuda", "LiveRegistration"]
+
+# where PyPI CUDA wheels of torch load libcudart from: site-packages/nvidia/cuda_runtime/lib
+# (CUDA 12 packages) or site-packages/nvidia/cu<major>/lib (CUDA 13) (docs/cuda-runtime.md §6.1)
+_NVIDIA_RUNTIME_DIR = re.compile(r"(?:^|/)nvidia/(?:cuda_runtime|cu\d+)/lib/[^/]+$")
 
 
 @dataclass(frozen=True)
@@ -78,9 +86,9 @@ class FakeCuda:
             CudaBindingsFace(self.cuda_runtime, use_real_types=use_real_types), face="cuda",
             trace=self.trace, plan=self.faults, resolve=self._resolve, outputs=OUTPUTS,
             on_injected=self.cuda_runtime.set_last_error)
-        # libcudart loaded through ctypes: its own runtime instance and last-error slot
-        # (docs/cuda-runtime.md §6); torch's bundled libcudart-<hash>.so loaded that way is torch's
-        # instance
+        # libcudart loaded through ctypes: torch's instance when the dynamic loader returns
+        # torch's loaded object for the name, another one (the system libcudart, its own
+        # last-error slot) otherwise (docs/cuda-runtime.md §6.1)
         self.libcudart_runtime = FakeRuntime(self.driver, "libcudart",
                                              self.profile.runtime_version)
         self._ctypes_faces = {
@@ -88,6 +96,9 @@ class FakeCuda:
                 CtypesCudartFace(runtime), face="ctypes", trace=self.trace, plan=self.faults,
                 resolve=self._resolve, on_injected=runtime.set_last_error))
             for runtime in (self.libcudart_runtime, self.torch_runtime)}
+        # the runtime instances code reached through a ctypes handle: with one, it has
+        # cudaGetLastError on that instance (torch's too, docs/cuda-runtime.md §6.1)
+        self.ctypes_reached: set[str] = set()
         # the driver API: same registrations, no last-error slot (docs/cuda-runtime.md §6)
         self.driver_api: Any = Intercepted(
             CudaDriverFace(self.driver, use_real_types=use_real_types), face="driver",
@@ -114,13 +125,34 @@ class FakeCuda:
         hit = self.space.owner(ptr)
         return None if hit is None else (hit[0].name, hit[1])
 
-    def libcudart_faces(self, name: str) -> tuple[Any, CtypesCudartFace]:
-        """(recorded face, raw face) of the runtime instance a libcudart file name loads:
-        torch's for its bundled ``libcudart-<hash>.so``, the system one's otherwise."""
+    def is_torch_libcudart(self, name: str) -> bool:
+        """Whether ``dlopen(name)`` returns the libcudart torch loaded (docs/cuda-runtime.md
+        §6.1). glibc's ``_dl_map_object`` first compares the name with each loaded object's
+        names and its DT_SONAME, then, after opening a file, its device and inode (elf/dl-load.c)
+        [DOC]: so a bare name equal to torch's soname, or a path to torch's very file, is
+        torch's instance; any other name or file is another."""
         match = LIBCUDART_NAME.search(name)
         if match is None:
             raise ValueError(f"{name!r} does not name a libcudart shared library")
-        runtime = self.torch_runtime if match.group("bundled") else self.libcudart_runtime
+        mode = self.profile.torch_cudart
+        if mode == "bundled":    # torch/lib/libcudart-<hash>.so<.major>, its soname the same
+            return match.group("bundled") is not None
+        if mode == "private":    # cudart linked into torch: no loaded object is torch's runtime
+            return False
+        soname = f"libcudart.so.{self.torch_runtime.version // 1000}"
+        base = name.rsplit("/", 1)[-1]
+        if base != soname:
+            return False
+        # a path is torch's object only when it is the nvidia-cuda-runtime package's file
+        return "/" not in name or _NVIDIA_RUNTIME_DIR.search(name) is not None
+
+    def libcudart_faces(self, name: str) -> tuple[Any, CtypesCudartFace]:
+        """(recorded face, raw face) of the runtime instance a libcudart name loads: torch's
+        where the dynamic loader returns torch's object (:meth:`is_torch_libcudart`), the
+        system libcudart's otherwise."""
+        runtime = self.torch_runtime if self.is_torch_libcudart(name) else \
+            self.libcudart_runtime
+        self.ctypes_reached.add(runtime.name)
         raw, face = self._ctypes_faces[runtime.name]
         return face, raw
 
@@ -178,8 +210,16 @@ class FakeCuda:
         answer as the profile (:mod:`kvreg.fakes.cuda.cuda_machine`)."""
         enlist(self.retire)   # the open retire scope, if any, retires it at its end
         driver = self.driver
+        if PROCESS.carry:   # one process: its threads' contexts outlive each fake
+            if PROCESS.contexts is None:
+                PROCESS.contexts = driver.contexts
+            driver.contexts = PROCESS.contexts
         if PROCESS.carry and PROCESS.driver_initialised and self.profile.env == "ok":
             driver.initialised = True   # the process initialised the driver under an earlier fake
+        if self.profile.env == "ok" and self.profile.patching_thread_context == "primary":
+            # a serving engine's main thread, where torch has used the runtime: the driver is
+            # initialised and the primary context current there (docs/cuda-runtime.md §13.3)
+            driver.runtime_enter()
         with ExitStack() as stack:
             stack.enter_context(patch_ctypes_cudart(
                 self.libcudart_faces, is_cudart=is_libcudart, soname=self.libcudart_soname))

@@ -100,6 +100,21 @@ class DeviceProfile:
     # docs/cuda-runtime.md §10 / §2.3: ~0.1 s per GB for prefaulted memory; used only by the
     # optional delay mode
     seconds_per_gib_registered: float = 0.1
+    # docs/cuda-runtime.md §6.1: which runtime instance torch's libcudart is, so which names
+    # ctypes.CDLL reaches it by. "shared": PyPI CUDA wheels, the nvidia-cuda-runtime package's
+    # libcudart.so.<major> loaded at import (soname libcudart.so.<major>) [DOC: torch
+    # __init__.py _load_global_deps]; "bundled": older wheels' torch/lib/libcudart-<hash>.so;
+    # "private": cudart linked statically (USE_CUDA_STATIC_LINK builds), reachable by no name
+    torch_cudart: Literal["shared", "bundled", "private"] = "shared"
+    # docs/cuda-runtime.md §13: what the thread that patches the fake in has current.
+    # "primary": the device's primary context, as on a serving engine's main thread after
+    # torch allocated device memory there (the runtime makes it current, §13.2); "none": a
+    # bare process (nothing initialised, no context current)
+    patching_thread_context: Literal["primary", "none"] = "primary"
+    # docs/cuda-runtime.md §13.4: the thread the cuda target calls register and teardown on.
+    # "main": the patching thread; "worker": a fresh thread per call, on which nothing made a
+    # context current (LMCache PR #5169's heartbeat thread, Mooncake PR #2034)
+    register_thread: Literal["main", "worker"] = "main"
     notes: dict[str, str] = field(default_factory=dict)
 
     def replace(self, **changes: Any) -> DeviceProfile:
@@ -188,6 +203,9 @@ UNC_OPTIONS: dict[str, tuple[Any, ...]] = {
     "overlap_granularity": ("byte", "page"),                # §2.2
     "host_get_flags_on_registered": ("flags", "invalid"),   # §4
     "pointer_attributes_interior": ("queried", "base"),     # §4
+    # not [UNC]: facts of the process a scenario chooses
+    "torch_cudart": ("shared", "bundled", "private"),        # §6.1
+    "register_thread": ("main", "worker"),                   # §13.4
 }
 
 

@@ -432,8 +432,11 @@ def _explain_error(r: RunRecord, b: BufferRun) -> str:
     if failing:
         e = failing[0]
         size = int(e.args[1])
-        msg += (f"; cudaHostRegister({_where(r, int(e.args[0]))}, {size}) returned {e.code} "
+        msg += (f"; {e.api}({_where(r, int(e.args[0]))}, {size}) returned {e.code} "
                 f"({error_string(e.code or 0)})")
+        if e.code == 201:   # CUDA_ERROR_INVALID_CONTEXT (docs/cuda-runtime.md §13)
+            msg += (": no CUDA context is current on the calling thread; make the device's "
+                    "primary context current there (cuDevicePrimaryCtxRetain, cuCtxSetCurrent)")
         if e.code == 2 and r.per_call_limit is not None and size >= r.per_call_limit:
             msg += (f": a single call of {size / GiB:.1f} GiB is at or above the "
                     f"{r.per_call_limit // GiB} GiB per-call ceiling of R580+ drivers; chunk it")

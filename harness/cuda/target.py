@@ -28,6 +28,7 @@ from kvreg.harness.run.result import CallBudgetExceeded, Violation
 from kvreg.harness.run.target import ProcessConfig, SkipScenario
 
 from .buffers import allocate, allocate_pinnable, release
+from .calling_thread import call_on_register_thread
 from .checks import BufferRun, RunRecord, check_run, check_warnings
 from .transfers import copy_every_page
 
@@ -78,6 +79,10 @@ def pending_errors(fake: Any, step: str) -> list[Pending]:
             continue
         code = int(peek())
         if code:
+            # torch's instance reached through a ctypes handle (docs/cuda-runtime.md §6.1):
+            # the code holds cudaGetLastError for it, as for any libcudart it loaded
+            if label == "torch" and "torch" in getattr(fake, "ctypes_reached", ()):
+                label = "libcudart"
             out.append(Pending(step, label, code, error_name(code)))
     return out
 
@@ -144,8 +149,9 @@ class CudaWorld:
             self.progress.step("register", b.spec.name)
             try:
                 with self._implementation():
-                    b.handle = impl.register(cudart, self.buffers[b.index], b.spec,
-                                             b.granularity, sc.chunk_limit)
+                    b.handle = call_on_register_thread(
+                        fake, impl.register, cudart, self.buffers[b.index], b.spec,
+                        b.granularity, sc.chunk_limit)
                 b.registered = True
             except (CallBudgetExceeded, MemoryError):
                 raise
@@ -193,7 +199,8 @@ class CudaWorld:
             self.progress.step(f"teardown round {round_ + 1}", b.spec.name)
             try:
                 with self._implementation():
-                    impl.teardown(self.cudart(), self.buffers[b.index], b.handle)
+                    call_on_register_thread(self.fake, impl.teardown, self.cudart(),
+                                            self.buffers[b.index], b.handle)
             except (CallBudgetExceeded, MemoryError):
                 raise
             except Exception as exc:

@@ -15,6 +15,14 @@ Installed packages are not imported anew (they may register process-wide state, 
 torch operators, that a second import would break): when one of them read a watched
 variable at import with another value than a scenario sets, that scenario is an ``error``
 naming the module and the variable (:func:`import_conflict`), never a ``fail``.
+
+A worker serves the next configuration too when, to every code outside kvreg, that one is
+the same deployment (:func:`same_deployment`): each watched variable that code read (at
+import or while a scenario ran: :func:`note_env_reads`) has the same value in both, and the
+machine is the same or no code outside kvreg has run in the worker (kvreg's reference).
+Within one configuration a verdict already never depends on the scenarios before it; a
+configuration that differs only where nothing outside kvreg looked is, to the code under
+test, the same one. Everything else gets a fresh worker.
 """
 
 from __future__ import annotations
@@ -32,9 +40,9 @@ from .targets import get_target
 if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
 
-__all__ = ["DEFAULT_MACHINES", "WATCHED_ENV", "EnvRead", "import_conflict", "import_scope",
-           "installed", "prepare_worker",
-           "process_config", "watching_env"]
+__all__ = ["DEFAULT_MACHINES", "WATCHED_ENV", "EnvRead", "apply_config_env", "import_conflict",
+           "import_scope", "installed", "note_env_reads", "prepare_worker", "process_config",
+           "same_deployment", "watched_values", "watching_env"]
 
 # the variables kvreg sets per scenario (harness/cuda/target.py, harness/mooncake/target.py)
 WATCHED_ENV = ("SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB", "MC_MAX_MR_SIZE")
@@ -63,12 +71,7 @@ class _WatchedEnviron(MutableMapping[str, str]):
 
     def _note(self, key: object) -> None:
         if key in WATCHED_ENV:
-            frame = sys._getframe(2)
-            while frame is not None and frame.f_globals.get("__name__") in (
-                    "os", __name__, "_collections_abc", "typing"):
-                frame = frame.f_back    # type: ignore[assignment]
-            module = frame.f_globals.get("__name__", "?") if frame is not None else "?"
-            self._reads.append((str(key), str(module), self._real.get(str(key))))
+            self._reads.append((str(key), _reader(3), self._real.get(str(key))))
 
     def __getitem__(self, key: str) -> str:
         self._note(key)
@@ -96,6 +99,77 @@ class _WatchedEnviron(MutableMapping[str, str]):
 
     def copy(self) -> dict[str, str]:
         return dict(self._real)
+
+
+def _reader(depth: int) -> str:
+    """The module of the frame ``depth`` levels up, past os, mapping and kvreg's wrappers."""
+    frame: Any = sys._getframe(depth)
+    while frame is not None and frame.f_globals.get("__name__") in (
+            "os", __name__, "_collections_abc", "collections.abc", "typing"):
+        frame = frame.f_back
+    return str(frame.f_globals.get("__name__", "?")) if frame is not None else "?"
+
+
+_READS_OUTSIDE_KVREG: set[str] = set()
+
+
+class _NotingEnviron(os._Environ):   # type: ignore[type-arg]
+    """``os.environ``'s own class plus one thing: a read of a watched variable by code
+    outside kvreg is noted (the object, its data and every other method stay the same)."""
+
+    def __getitem__(self, key: str) -> str:
+        if key in WATCHED_ENV and not _reader(2).startswith("kvreg."):
+            _READS_OUTSIDE_KVREG.add(key)
+        return super().__getitem__(key)  # type: ignore[no-any-return]
+
+
+def note_env_reads() -> set[str]:
+    """From now on in this process, note which watched variables code outside kvreg reads
+    (``get``, ``in``, ``[]``, ``getenv``, copies; also through a ``from os import environ``
+    taken earlier: the object stays the same, only its class gains the note); returns the
+    live set. A worker calls this once: it decides whether the worker may serve another
+    configuration (:func:`same_deployment`)."""
+    if type(os.environ) is os._Environ:
+        os.environ.__class__ = _NotingEnviron
+    return _READS_OUTSIDE_KVREG
+
+
+def watched_values() -> dict[str, str | None]:
+    """The watched variables as this process has them now."""
+    return {key: os.environ.get(key) for key in WATCHED_ENV}
+
+
+def _effective(config: ProcessConfig, base: dict[str, str | None]) -> dict[str, str | None]:
+    """The watched variables of a worker of ``config`` started with ``base``."""
+    return {**base, **dict(config.env)}
+
+
+def _full_machine(config: ProcessConfig) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    """The machine of every target a worker of ``config`` imports under (import_scope)."""
+    return tuple((name, config.machine if config.target == name else default.machine)
+                 for name, default in sorted(DEFAULT_MACHINES.items()))
+
+
+def same_deployment(old: ProcessConfig, new: ProcessConfig, base: dict[str, str | None],
+                    read: set[str], only_kvreg: bool) -> bool:
+    """Whether a worker of ``old`` (started with the watched variables ``base``) may serve
+    ``new``: each variable in ``read`` (read by code outside kvreg) has the same value in
+    both, and both model the same machines unless ``only_kvreg`` (no code outside kvreg
+    has run in the worker, so nothing there can keep a machine fact)."""
+    before, after = _effective(old, base), _effective(new, base)
+    if any(before.get(key) != after.get(key) for key in read):
+        return False
+    return only_kvreg or _full_machine(old) == _full_machine(new)
+
+
+def apply_config_env(config: ProcessConfig, base: dict[str, str | None]) -> None:
+    """Give this process the watched variables of a worker of ``config`` started with
+    ``base`` (a variable ``config`` does not set gets ``base``'s value back)."""
+    for key, value in _effective(config, base).items():
+        if value is None:
+            os.environ.pop(key, None)
+        elif os.environ.get(key) != value:
+            os.environ[key] = value
 
 
 @contextmanager

@@ -9,8 +9,10 @@ OOM killer), or overruns the time limit is replaced, and its scenario gets an ``
 verdict whose reason says what happened, in which step and buffer, and after how many calls
 (read from the memory the worker shares, :mod:`.progress`). A healthy worker is reused
 for the next scenario of the same process configuration (harness/run/process.py: the
-environment and machine a scenario fixes, which code may read once); each scenario builds
-its own fake, and what the code keeps across scenarios reaches the current one through the
+environment and machine a scenario fixes, which code may read once), and for one of another
+configuration when the worker finds it the same deployment to the code under test (nothing
+outside kvreg read what differs; :class:`~.worker.Reconfigure`); each scenario builds its
+own fake, and what the code keeps across scenarios reaches the current one through the
 fakes' doors (fakes/doors.py), so a verdict does not depend on what ran before it in the same
 worker.
 """
@@ -35,7 +37,7 @@ from .progress import ProgressBlock, describe_calls, read_calls
 from .result import ScenarioResult
 from .sharding import expected_cost
 from .target import ProcessConfig
-from .worker import READY, worker_main
+from .worker import READY, Reconfigure, worker_main
 
 if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
@@ -154,10 +156,26 @@ class Supervisor:
         worker.conn.close()
         self._workers.remove(worker)
 
+    def _switched(self, worker: _Worker, config: ProcessConfig) -> bool:
+        """Whether ``worker`` (idle) accepts to serve ``config`` from now on."""
+        try:
+            worker.conn.send(Reconfigure(config))
+            answer = worker.conn.recv() if worker.conn.poll(self.limits.timeout) else None
+        except (EOFError, OSError, ValueError):
+            answer = None
+        if answer == READY:
+            worker.config = config
+            return True
+        if answer is None:       # no answer in time, or the pipe closed: not a worker to keep
+            self._retire(worker, kill=True)
+        return False
+
     def _idle(self, config: ProcessConfig) -> _Worker | None:
-        """An idle worker of ``config``: a kept one, else a new one (in place of an idle
-        worker of another configuration when all ``jobs`` are started)."""
+        """An idle worker of ``config``: a kept one, one of another configuration that
+        accepts this one, else a new one (in place of an idle worker of another
+        configuration when all ``jobs`` are started)."""
         other = None
+        others = []
         for w in list(self._workers):
             if w.job is None:
                 if not w.process.is_alive():
@@ -165,7 +183,12 @@ class Supervisor:
                 elif w.config == config:
                     return w
                 else:
-                    other = w
+                    others.append(w)
+        for w in others:
+            if self._switched(w, config):
+                return w
+            if w in self._workers:
+                other = w
         if len(self._workers) >= self.jobs and other is not None:
             with suppress(OSError, ValueError):
                 other.conn.send(None)

@@ -7,7 +7,10 @@ was. A scenario the implementation ends with an exception that is not an ``Excep
 (``SystemExit``, ``KeyboardInterrupt``, ``MemoryError`` past the limit…) becomes an error
 verdict sent back before the worker exits; so does a run that leaves threads running. The
 supervisor then starts a fresh worker, so no later scenario runs in a process the
-implementation left in an unknown state.
+implementation left in an unknown state. Asked to serve another process configuration
+(:class:`Reconfigure`), a worker answers :data:`READY` when that one is the same deployment
+to the code under test (harness/run/process.py: :func:`~.process.same_deployment`), and
+:data:`DECLINED` otherwise (it then keeps serving its own).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import resource
 import signal
 import threading
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +30,14 @@ from kvreg.fakes.doors import PROCESS
 from .adapters import Implementation
 from .core import run_scenario
 from .limits import Limits, TimeLimitExceeded
-from .process import import_conflict, prepare_worker
+from .process import (
+    apply_config_env,
+    import_conflict,
+    note_env_reads,
+    prepare_worker,
+    same_deployment,
+    watched_values,
+)
 from .progress import Progress, SharedProgress, describe_calls
 from .result import ScenarioResult, internal_error, whole_message
 from .target import ProcessConfig
@@ -34,10 +45,18 @@ from .target import ProcessConfig
 if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
 
-__all__ = ["READY", "ended_by", "run_in_process", "worker_main"]
+__all__ = ["DECLINED", "READY", "Reconfigure", "ended_by", "run_in_process", "worker_main"]
 
 _PR_SET_PDEATHSIG = 1
 READY = "kvreg-worker-ready"   # what a worker sends once it can take scenarios
+DECLINED = "kvreg-worker-declined"   # another configuration is another deployment here
+
+
+@dataclass(frozen=True)
+class Reconfigure:
+    """The supervisor's request: serve scenarios of ``config`` from now on."""
+
+    config: ProcessConfig
 
 
 def _data_segment() -> int:
@@ -120,7 +139,8 @@ def worker_main(conn: Connection, block: Any, impl: Implementation, backend: Any
 
     With a ``config``, this process is one deployment of it: its environment is set and the
     implementation imported anew before the first scenario (harness/run/process.py), and
-    the supervisor sends it only scenarios of that configuration.
+    the supervisor sends it only scenarios of that configuration, or of another one it
+    accepted (:class:`Reconfigure`).
     """
     _die_with_parent()
     # Ctrl-C in a terminal reaches the whole process group: the supervisor handles it
@@ -130,6 +150,8 @@ def worker_main(conn: Connection, block: Any, impl: Implementation, backend: Any
     # what the implementation prints must never end up in a report written to stdout
     os.dup2(2, 1)
     progress = SharedProgress(block)
+    read = note_env_reads()
+    base = watched_values()     # what a fresh worker of any configuration starts with
     refusal = None
     if config is not None:
         impl, refusal = _prepared(impl, config)
@@ -144,6 +166,19 @@ def worker_main(conn: Connection, block: Any, impl: Implementation, backend: Any
             return
         if sc is None:
             return
+        if isinstance(sc, Reconfigure):
+            # the variables the implementation's load read count too (in the supervisor)
+            seen = read | {key for key, _, _ in impl.import_reads}
+            # (a worker that refuses its own configuration's scenarios is not reused)
+            if config is None or refusal is not None or not same_deployment(
+                    config, sc.config, base, seen, only_kvreg=impl.sources is None):
+                conn.send(DECLINED)
+                continue
+            config = sc.config
+            apply_config_env(config, base)
+            refusal = import_conflict(list(impl.import_reads), config)
+            conn.send(READY)
+            continue
         progress.reset()
         if refusal is not None:
             conn.send((ScenarioResult(sc.id, sc.pool, "error", reason=f"kvreg cannot run this "

@@ -21,6 +21,9 @@ def _ready(profile: str = "h200-r580") -> tuple[FakeCuda, object, int]:
     fake = FakeCuda(profile)
     drv = fake.driver_api
     assert int(drv.cuInit(0)[0]) == 0
+    # memory calls need a current context (cuda.h; docs/cuda-runtime.md §13): the primary one
+    err, ctx = drv.cuDevicePrimaryCtxRetain(0)
+    assert int(err) == 0 and int(drv.cuCtxSetCurrent(ctx)[0]) == 0
     return fake, drv, fake.virtual(4 * MiB).data_ptr()
 
 

@@ -31,11 +31,16 @@ DOORS = ("torch", "cuda-python", "ctypes", "driver")
 def _doors(fake: FakeCuda) -> dict[str, tuple[Callable[[int, int], int],
                                               Callable[[int], int], Callable[[], int] | None]]:
     """door -> (register, unregister, peek at that door's last error or None)."""
-    lib = fake.load_libcudart("libcudart.so.13")
+    # the unversioned name is the system libcudart, a file apart from torch's: another
+    # runtime instance (docs/cuda-runtime.md §6.1; libcudart.so.13 would be torch's own)
+    lib = fake.load_libcudart("libcudart.so")
     lib.cudaHostRegister.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
     lib.cudaHostUnregister.argtypes = [ctypes.c_void_p]
     drv = fake.driver_api
     assert int(drv.cuInit(0)[0]) == 0
+    # driver memory calls need a current context (docs/cuda-runtime.md §13)
+    err, ctx = drv.cuDevicePrimaryCtxRetain(0)
+    assert int(err) == 0 and int(drv.cuCtxSetCurrent(ctx)[0]) == 0
     return {
         "torch": (lambda p, n: int(fake.torch.cudaHostRegister(p, n, 0)),
                   lambda p: int(fake.torch.cudaHostUnregister(p)),

@@ -46,6 +46,7 @@ def _saved(path: Path) -> int:
     return sum(1 for p in path.rglob("*") if p.is_file())
 
 
+@pytest.mark.expensive_property
 def test_a_state_machine_failure_replays_from_a_shared_directory(tmp_path: Path) -> None:
     shared = tmp_path / "hypothesis-db"
     # a random search (a shared database needs derandomize=False): enough examples that

@@ -6,6 +6,7 @@ import json
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,6 +32,7 @@ def page_limit(geo: PoolGeometry) -> int:
     return int(geo.page_count)
 
 
+@pytest.mark.expensive_property
 @settings(max_examples=300, deadline=None)
 @given(any_geometry)
 def test_every_extent_inside_its_buffer_and_one_copy_unit(geo: PoolGeometry) -> None:
@@ -55,6 +57,7 @@ def test_every_extent_inside_its_buffer_and_one_copy_unit(geo: PoolGeometry) -> 
     assert np.all(start[1:][same] >= end[:-1][same])
 
 
+@pytest.mark.expensive_property
 @settings(max_examples=300, deadline=None)
 @given(any_geometry)
 def test_page_extents_are_whole_granularity_pages(geo: PoolGeometry) -> None:
@@ -75,6 +78,7 @@ def test_page_extents_are_whole_granularity_pages(geo: PoolGeometry) -> None:
         assert np.array_equal(ext.offset[mine] // chunk, (ext.end[mine] - 1) // chunk)
 
 
+@pytest.mark.expensive_property
 @settings(max_examples=200, deadline=None)
 @given(any_geometry, st.data())
 def test_subset_of_pages_matches_the_full_listing(geo: PoolGeometry, data: st.DataObject) -> None:
@@ -95,6 +99,7 @@ def test_subset_of_pages_matches_the_full_listing(geo: PoolGeometry, data: st.Da
         assert np.array_equal(full.size[mine_full], part.size[mine_part])
 
 
+@pytest.mark.expensive_property
 @settings(max_examples=300, deadline=None)
 @given(any_geometry)
 def test_buffers_are_consistent(geo: PoolGeometry) -> None:

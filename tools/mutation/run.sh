@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Mutation testing of one core module against its own test files, with cosmic-ray
 # (docs/mutation-testing.md). Not part of CI: a full run takes long on a small machine.
-#   bash tools/mutation/run.sh MODULE [SAMPLE]     MODULE: cuda_runtime, registry, checks, endstate
+#   bash tools/mutation/run.sh MODULE [SAMPLE [SEED]]
+# MODULE: cuda_runtime, registry, checks, endstate, mooncake_checks, session, causes (a config
+# tools/mutation/MODULE.toml); SAMPLE mutants drawn with SEED (default 18) in file order, so a
+# seed names the same sample of the same version of the module on any machine.
 # cosmic-ray mutates the module's file in place and restores it after each mutant: run it on a
 # clean checkout, and after an interrupted run `git checkout -- <module file>`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-module=${1:?usage: tools/mutation/run.sh MODULE [SAMPLE]}
+module=${1:?usage: tools/mutation/run.sh MODULE [SAMPLE [SEED]]}
 sample=${2:-}
+seed=${3:-18}
 cfg=tools/mutation/$module.toml
 if [ ! -f "$cfg" ]; then
     echo "tools/mutation/run.sh: no config $cfg; modules: $(cd tools/mutation && ls ./*.toml \
@@ -24,7 +28,7 @@ rm -f "$db"
 cosmic-ray init "$cfg" "$db"
 cr-filter-operators "$db" "$cfg"
 if [ -n "$sample" ]; then
-    python tools/mutation/sample.py "$db" "$sample"
+    python tools/mutation/sample.py "$db" "$sample" --seed "$seed"
 fi
 cosmic-ray baseline "$cfg"
 cosmic-ray exec "$cfg" "$db"

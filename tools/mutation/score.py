@@ -3,8 +3,9 @@
 cosmic-ray's own ``cr-rate`` counts skipped mutants (operator filter, sample) as run. Mutants
 known to be equivalent (no program can tell them from the original: an annotation under
 ``from __future__ import annotations``, an unused default) are listed in ``equivalent.txt``
-beside this file as ``path | operator | column | the original line, stripped`` (no line
-number, so the list survives edits elsewhere in the file). Usage:
+beside this file by content (keys.key: ``path | operator | `text` #k | the line, stripped``;
+no line number or column, so the list survives edits elsewhere in the file). The score is
+given with its 95 % Wilson interval, the honest statement of a sample's score. Usage:
 
     python tools/mutation/score.py SESSION.sqlite [--list]
 """
@@ -12,10 +13,12 @@ number, so the list survives edits elsewhere in the file). Usage:
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from cosmic_ray.work_db import WorkDB, use_db
 from cosmic_ray.work_item import TestOutcome, WorkerOutcome
+from keys import key
 
 HERE = Path(__file__).resolve().parent
 
@@ -25,10 +28,14 @@ def equivalents() -> set[str]:
     return {ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")}
 
 
-def key(path: str, operator: str, row: int, col: int) -> str:
-    line = Path(path).read_text().splitlines()[row - 1]
-    indent = len(line) - len(line.lstrip())
-    return f"{path} | {operator} | {col - indent} | {line.strip()}"
+def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """The 95 % Wilson score interval of k successes in n trials, in percent."""
+    if n == 0:
+        return 0.0, 100.0
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return 100 * max(0.0, centre - half), 100 * min(1.0, centre + half)
 
 
 def main() -> None:
@@ -39,6 +46,7 @@ def main() -> None:
     known = equivalents()
     killed = survived = equivalent = other = 0
     left: list[str] = []
+    sources: dict[str, list[str]] = {}
     with use_db(args.session, WorkDB.Mode.open) as db:
         for item, result in db.completed_work_items:
             if result.worker_outcome == WorkerOutcome.SKIPPED:
@@ -50,18 +58,23 @@ def main() -> None:
                 other += 1              # incompetent mutants, worker errors
                 continue
             m = item.mutations[0]
-            k = key(str(m.module_path), m.operator_name, m.start_pos[0], m.start_pos[1])
+            path = str(m.module_path)
+            if path not in sources:
+                sources[path] = Path(path).read_text().splitlines()
+            k = key(m, sources[path])
             if k in known:
                 equivalent += 1
             else:
                 survived += 1
-                left.append(k)
+                left.append(f"line {m.start_pos[0]}: {k}")
     judged = killed + survived
     rate = 100.0 * killed / judged if judged else 0.0
+    low, high = wilson(killed, judged)
     print(f"{killed} killed, {survived} survived, {equivalent} equivalent, {other} other: "
-          f"{rate:.1f} % of {judged} non-equivalent mutants killed")
+          f"{rate:.1f} % of {judged} non-equivalent mutants killed "
+          f"(95 % Wilson interval {low:.1f}–{high:.1f})")
     if args.list:
-        for k in sorted(left):
+        for k in sorted(left, key=lambda s: int(s.split(":")[0].split()[1])):
             print(f"  {k}")
 
 
