@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import linecache
 import os
 import re
@@ -52,8 +53,23 @@ _OWN = tuple(str(_ROOT / d) + os.sep for d in ("fakes", "harness", "realhw"))
 _RUNNER = _OWN[1:]                                # kvreg's code that calls the implementation
 _STDLIB = tuple({str(Path(sysconfig.get_paths()[k]).resolve()) + os.sep
                  for k in ("stdlib", "platstdlib")})
-_BINDINGS = (f"{os.sep}torch{os.sep}", f"{os.sep}cuda{os.sep}bindings{os.sep}",
-             f"{os.sep}pyverbs{os.sep}", f"{os.sep}_pytest{os.sep}", f"{os.sep}pluggy{os.sep}")
+# the runtime bindings (and pytest's own frames), by the folders they are installed in: a
+# folder of the user's that happens to be called "torch" holds the user's code
+_BINDING_PACKAGES = ("torch", "cuda.bindings", "pyverbs", "_pytest", "pluggy")
+
+
+@functools.cache
+def _binding_dirs() -> tuple[str, ...]:
+    """Where the binding packages are installed (none of a package that is not)."""
+    dirs: list[str] = []
+    for name in _BINDING_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        if spec is not None and spec.submodule_search_locations:
+            dirs.extend(os.path.realpath(p) + os.sep for p in spec.submodule_search_locations)
+    return tuple(dirs)
 
 
 @dataclass(frozen=True)
@@ -87,8 +103,7 @@ def _foreign(filename: str) -> bool:
     if filename.startswith("<"):
         return True
     path = os.path.realpath(filename)
-    return (path.startswith(_OWN) or path.startswith(_STDLIB)
-            or any(b in path for b in _BINDINGS))
+    return path.startswith(_OWN) or path.startswith(_STDLIB) or path.startswith(_binding_dirs())
 
 
 @functools.cache

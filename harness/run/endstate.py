@@ -132,7 +132,10 @@ class FailedCall:
         """Whether the raised exception says which error this was."""
         if raised.code_attr == self.code:
             return True
-        pattern = re.compile(rf"(?<![\w.-]){re.escape(str(self.code))}(?![\w.])")
+        # a whole number: not part of a word, of a negative or dotted number ("-2", "2.5",
+        # "12.2"); a sentence may end on it ("failed with cudaError: 2.", torch's
+        # torch/cuda/_pin_memory_utils.py)
+        pattern = re.compile(rf"(?<![\w.-]){re.escape(str(self.code))}(?![\w]|\.\d)")
         for msg in raised.heads or raised.chain:
             if self.name and self.name in msg:
                 return True
