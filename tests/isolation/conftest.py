@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from ..cli_process import run_kvreg_process
+
 IMPLS = Path(__file__).parent / "impls"
 REPO = Path(__file__).resolve().parents[2]
 ENV_CHUNK_GB = "SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB"
@@ -70,8 +72,11 @@ def cli_env() -> dict[str, str]:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*kvreg_command(), *args], capture_output=True, text=True,
-                          env=cli_env(), cwd=REPO, timeout=900, check=False)
+    """``kvreg ARGS`` in a process of its own, forked from a server that imported torch
+    once (tests/cli_process.py)."""
+    proc: subprocess.CompletedProcess[str] = run_kvreg_process(
+        list(args), env=cli_env(), cwd=REPO, timeout=900)
+    return proc
 
 
 def run_json(*args: str) -> tuple[int, dict[str, Any], str]:

@@ -2,8 +2,9 @@
 
 ``impls/`` holds implementations under test: deliberately broken ones (one per rule of
 ``kvreg.harness.cuda.checks``), correct variants that must not be flagged, and a faithful copy of
-upstream SGLang's algorithm. The helpers here load them, run the ``kvreg`` CLI in a
-subprocess, and check a JSON report against the public contract (design.md).
+upstream SGLang's algorithm. The helpers here load them, run the ``kvreg`` CLI in a process
+of its own (tests/cli_process.py), and check a JSON report against the public contract
+(design.md).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,8 @@ import pytest
 from kvreg.harness.run.adapters import Implementation, make_implementation
 from kvreg.harness.scenario import Scenario, load_paths
 
+from ..cli_process import run_kvreg_process
+
 IMPLS = Path(__file__).parent / "impls"
 REPO = Path(__file__).resolve().parents[2]
 ENV_CHUNK_GB = "SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB"
@@ -30,16 +32,6 @@ GiB = 1 << 30
 SUMMARY_KEYS = {"total", "passed", "failed", "errors", "skipped"}
 SCENARIO_KEYS = {"id", "pool", "verdict", "violations", "warnings"}
 VERDICT_COUNTS = {"pass": "passed", "fail": "failed", "error": "errors", "skip": "skipped"}
-
-
-def _kvreg_command() -> list[str]:
-    script = Path(sys.executable).with_name("kvreg")
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-m", "kvreg.harness.cli"]
-
-
-KVREG = _kvreg_command()
 
 
 def impl_spec(name: str, function: str = "register") -> str:
@@ -72,10 +64,12 @@ def load_impl() -> Callable[[str, str], Implementation]:
 
 
 def run_kvreg(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """``kvreg ARGS`` in a subprocess (no terminal, no CI variable, no chunk-limit env)."""
+    """``kvreg ARGS`` in a process of its own (no terminal, no CI variable, no chunk-limit
+    env), forked from a server that imported torch once (tests/cli_process.py)."""
     env = {k: v for k, v in os.environ.items() if k not in ("CI", ENV_CHUNK_GB)}
-    return subprocess.run([*KVREG, *args], capture_output=True, text=True, env=env,
-                          cwd=cwd or REPO, timeout=900, check=False)
+    proc: subprocess.CompletedProcess[str] = run_kvreg_process(
+        list(args), env=env, cwd=cwd or REPO, timeout=900)
+    return proc
 
 
 @pytest.fixture
