@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +31,15 @@ def _source(path: str, line: int) -> str:
 
 
 def _run(*args: str) -> tuple[dict[str, Any], list[str]]:
-    """``kvreg run ARGS`` twice (JSON on stdout, then the table): the report, table lines."""
-    proc = run_kvreg("run", "-j", "2", *args, "--json", "-")
-    assert "Traceback" not in proc.stderr, proc.stderr
-    doc = json.loads(proc.stdout)
+    """``kvreg run ARGS --json FILE``: the report (the file) and the table (stdout) of one
+    run."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "report.json"
+        proc = run_kvreg("run", "-j", "2", *args, "--json", str(out))
+        assert "Traceback" not in proc.stderr, proc.stderr
+        doc = json.loads(out.read_text())
     check_report(doc)         # every failing scenario appears under at least one cause
-    table = run_kvreg("run", "-j", "2", *args)
-    return doc, table.stdout.splitlines()
+    return doc, proc.stdout.splitlines()
 
 
 def test_sglang_error_path_leads_with_the_line_to_fix() -> None:
