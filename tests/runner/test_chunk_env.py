@@ -60,13 +60,13 @@ def test_a_whole_gib_limit_still_sets_its_value(tmp_path: Path) -> None:
     assert (inherit.chunk_limit, chunk_env(inherit)) == (256 * GiB, None)
 
 
-@pytest.mark.parametrize("impl", [None, "kvreg.harness.reference:register_buffer",
+@pytest.mark.parametrize("impl", [None, "kvreg.harness.cuda.reference:register_buffer",
                                   f"{IMPLS / 'sglang_upstream.py'}:register"],
                          ids=["reference", "reference-sglang-style", "sglang-upstream"])
 def test_correct_code_passes_every_chunk_env_scenario(scenarios: dict[str, Scenario],
                                                       impl: str | None) -> None:
     teardown = None if impl is None or "upstream" in impl else \
-        "kvreg.harness.reference:teardown_buffer"
+        "kvreg.harness.cuda.reference:teardown_buffer"
     implementation = make_implementation(impl, teardown, None if impl is None else "sglang")
     results = {name: run_scenario(sc, implementation) for name, sc in scenarios.items()}
     assert {n: r.violations for n, r in results.items() if r.verdict != "pass"} == {}
