@@ -1,4 +1,4 @@
-"""Performance targets of the fake CUDA runtime (design.md "Performance targets").
+"""Performance targets of the fake CUDA runtime (ARCHITECTURE.md#performance-targets).
 
 1. cudaHostRegister + cudaHostUnregister with full semantics (validation, overlap check,
    recorder, fault-plan check, torch-face enum) at 100 000 live registrations, against a

@@ -3,7 +3,7 @@
 ``impls/`` holds implementations under test: deliberately broken ones (one per rule of
 ``kvreg.harness.cuda.checks``), correct variants that must not be flagged, and a faithful copy of
 upstream SGLang's algorithm. The helpers here load them, run the ``kvreg`` CLI in a
-subprocess, and check a JSON report against the public contract (design.md).
+subprocess, and check a JSON report against the public contract (ARCHITECTURE.md#public-contract).
 """
 
 from __future__ import annotations
