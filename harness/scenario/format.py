@@ -36,7 +36,6 @@ GiB = 1 << 30
 EXERCISES = ("register", "transfers", "teardown", "teardown-after-failure")
 EXPECTATIONS = ("success", "rejected", "register-error")
 MEMORY = ("virtual", "real")
-STYLES = ("sglang", "generic", "mooncake")
 _SCENARIO_KEYS = {"name", "guards", "pages", "total_gib", "chunk_gb", "chunk_bytes",
                   "profile", "faults", "exercise", "expect", "memory", "empty", "params",
                   "call_budget", "tags", "backends", "target", "mooncake", "pinning",
