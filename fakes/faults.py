@@ -258,13 +258,15 @@ class FaultPlan:
                    resolve: Callable[[int], tuple[str, int] | None] | None = None
                    ) -> FaultRule | None:
         """:meth:`check` of :func:`call_info`'s view of a call, built only where a rule
-        applies to ``point``, and its buffer resolved only where a predicate reads it (a
-        fake's every call passes here)."""
+        applies to ``point``, its pointer, size and buffer read only where a predicate reads
+        the call (a fake's every call passes here; the call budget's predicate reads none)."""
         with self._lock:
             rules, reads = self._for_point(point)
             if not rules:
                 return None
-            return self._fire(rules, call_info(point, args, kwargs, resolve if reads else None))
+            info = call_info(point, args, kwargs, resolve) if reads else \
+                CallInfo(point, args, kwargs)
+            return self._fire(rules, info)
 
     def _for_point(self, point: str) -> tuple[tuple[FaultRule, ...], bool]:
         if self._points_known != len(FAULT_POINTS):
