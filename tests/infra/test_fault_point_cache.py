@@ -69,9 +69,13 @@ def test_buffer_resolved_only_for_a_predicate_that_reads_it() -> None:
     assert looked_up == [] and budget.spent == 1
 
     seen: list[CallInfo] = []
+
+    def in_kv(c: CallInfo) -> bool:
+        seen.append(c)
+        return c.buffer == "kv"
+
     reading = FaultPlan()
-    reading.arm("cudart.cudaHostRegister", error=2,
-                predicate=lambda c: seen.append(c) or c.buffer == "kv")
+    reading.arm("cudart.cudaHostRegister", error=2, predicate=in_kv)
     rule = reading.check_call("cudart.cudaHostRegister", (0x1040, 64), {}, resolve)
     assert rule is not None and looked_up == [0x1040]
     assert (seen[0].buffer, seen[0].offset) == ("kv", 0x40)
