@@ -100,6 +100,12 @@ class DeviceProfile:
     # __init__.py _load_global_deps]; "bundled": older wheels' torch/lib/libcudart-<hash>.so;
     # "private": cudart linked statically (USE_CUDA_STATIC_LINK builds), reachable by no name
     torch_cudart: Literal["shared", "bundled", "private"] = "shared"
+    # docs/cuda-runtime.md §6.2: whether anything but the code's own handles reads the last
+    # error of a libcudart instance that is not torch's (a name or file the dynamic loader
+    # maps apart from torch's object). "unread" (default): torch's kernel-launch checks read
+    # torch's instance only, so an error left there is a warning; "read": another component
+    # of the process opens the same library and checks its last error, a failure [UNC]
+    private_cudart_error: Literal["unread", "read"] = "unread"
     # docs/cuda-runtime.md §13: what the thread that patches the fake in has current.
     # "primary": the device's primary context, as on a serving engine's main thread after
     # torch allocated device memory there (the runtime makes it current, §13.2); "none": a
@@ -197,6 +203,7 @@ UNC_OPTIONS: dict[str, tuple[Any, ...]] = {
     "overlap_granularity": ("byte", "page"),                # §2.2
     "host_get_flags_on_registered": ("flags", "invalid"),   # §4
     "pointer_attributes_interior": ("queried", "base"),     # §4
+    "private_cudart_error": ("unread", "read"),             # §6.2
     # not [UNC]: facts of the process a scenario chooses
     "torch_cudart": ("shared", "bundled", "private"),        # §6.1
     "register_thread": ("main", "worker"),                   # §13.4
