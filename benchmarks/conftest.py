@@ -48,7 +48,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
              ("register_unregister_full", "register_unregister_magicmock", "report"),
              ("register_unregister_full_tail", "register_unregister_magicmock", "report"),
              ("register_unregister_state_floor", "register_unregister_bare", "report"),
-             ("register_unregister_full", "register_unregister_state_floor", "report")]
+             ("register_unregister_full", "register_unregister_state_floor", "report"),
+             ("register_unregister_budgeted", "register_unregister_full", "report"),
+             ("register_unregister_budgeted_idle", "register_unregister_full", "report")]
     lines = []
     for num, den, target in pairs:
         if num in MEDIANS and den in MEDIANS:

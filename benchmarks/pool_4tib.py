@@ -1,8 +1,8 @@
 """Plan, register in 1 GiB chunks, batch-copy-validate every page and tear down a 4 TiB pool.
 
 Run as a script so its peak RSS is its own: prints one JSON line with seconds per phase and
-the peak RSS growth over the process's size after imports (design.md target: < 2 s,
-< 200 MB).
+the peak RSS growth over the process's size after imports
+(ARCHITECTURE.md#performance-targets: < 2 s, < 200 MB).
 """
 
 from __future__ import annotations

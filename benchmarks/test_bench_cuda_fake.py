@@ -1,4 +1,4 @@
-"""Performance targets of the fake CUDA runtime (design.md "Performance targets").
+"""Performance targets of the fake CUDA runtime (ARCHITECTURE.md#performance-targets).
 
 1. cudaHostRegister + cudaHostUnregister with full semantics (validation, overlap check,
    recorder, fault-plan check, torch-face enum) at 100 000 live registrations, against a
@@ -21,6 +21,7 @@ import pytest
 from kvreg.fakes.cuda.copies import classify_copy_sides
 from kvreg.fakes.cuda.fake_cuda import FakeCuda
 from kvreg.fakes.cuda.sorted_bases import SortedBases
+from kvreg.harness.run.budget import CallBudget
 
 from .conftest import MEDIANS
 
@@ -133,6 +134,29 @@ def test_register_unregister_full(benchmark: Any, record_median: Any, where: str
     benchmark(cycle)
     assert len(fake.live_registrations()) == LIVE
     record_median("register_unregister_full" + ("" if where == "middle" else "_tail"))
+
+
+@pytest.mark.parametrize("counting", [True, False])
+def test_register_unregister_budgeted(benchmark: Any, record_median: Any,
+                                      counting: bool) -> None:
+    """The full path as a scenario runs it: the call budget armed on every CUDA point,
+    counting (the implementation's calls) or not (kvreg's own copy and check calls)."""
+    fake, base = _populated()
+    budget = CallBudget(fake.faults, "cudart.*", 1 << 60, "CUDA")
+    budget.counting = counting
+    rt = fake.torch
+    ptr = base + (LIVE + 1) * STEP
+
+    def cycle() -> None:
+        rt.cudaHostRegister(ptr, STEP, 0)
+        rt.cudaHostUnregister(ptr)
+        if len(fake.trace) > 1_000_000:
+            fake.trace.clear()
+
+    benchmark(cycle)
+    assert len(fake.live_registrations()) == LIVE
+    assert (budget.spent > 0) is counting
+    record_median("register_unregister_budgeted" + ("" if counting else "_idle"))
 
 
 def test_register_unregister_state_floor(benchmark: Any, record_median: Any) -> None:

@@ -1,8 +1,9 @@
-"""Isolation's cost (design.md: the catalog at ``-j 1`` within 1.3x of running in-process,
-``-j 2`` at most 0.85x of ``-j 1`` on 2 cores, under 5 s at ``-j 1``): the bundled catalog
-in-process, supervised with one job and with two, each in a fresh interpreter, against
-kvreg's reference and against a user's implementation (the faithful SGLang algorithm of
-tests/runner/impls, which reads its chunk limit from the environment on every call).
+"""Isolation's cost (ARCHITECTURE.md#performance-targets: the catalog at ``-j 1`` within
+1.3x of running in-process, ``-j 2`` at most 0.85x of ``-j 1`` on 2 cores, under 5 s at ``-j
+1``): the bundled catalog in-process, supervised with one job and with two, each in a fresh
+interpreter, against kvreg's reference and against a user's implementation (the faithful
+SGLang algorithm of tests/runner/impls, which reads its chunk limit from the environment on
+every call).
 
 The modes alternate within each round, so a load change on a shared machine hits every side
 of a ratio alike; ratios are taken between the best of three rounds and between the

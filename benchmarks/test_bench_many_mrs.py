@@ -1,4 +1,4 @@
-"""A pool in thousands of MRs against the same pool in a few (design.md "Performance targets":
+"""A pool in thousands of MRs against the same pool in a few (ARCHITECTURE.md#performance-targets:
 every check costs seams, not MRs x pages).
 
 The Mooncake huge scenarios (4 TiB of one-token pages) run once with kvreg's reference, its MRs

@@ -1,4 +1,5 @@
-"""Whole-pipeline targets (design.md): a 4 TiB pool end to end, and the bundled catalog.
+"""Whole-pipeline targets (ARCHITECTURE.md#performance-targets): a 4 TiB pool end to end,
+and the bundled catalog.
 
 Both run in subprocesses (peak RSS and wall time of their own); figures are printed in the
 terminal summary, never asserted.

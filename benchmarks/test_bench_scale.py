@@ -1,4 +1,4 @@
-"""Scale with seams, not pages (design.md "Performance targets").
+"""Scale with seams, not pages (ARCHITECTURE.md#performance-targets).
 
 1. Every bundled pool type and layout at 4 TiB: one-token pages against 64-token pages,
    register + copy-validate + teardown (target: at most 2x, peak RSS growth under 300 MB).

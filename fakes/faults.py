@@ -163,6 +163,10 @@ class FaultPlan:
     def __init__(self) -> None:
         self._rules: list[FaultRule] = []
         self._lock = threading.Lock()
+        # per point: the rules that apply to it and whether a predicate of theirs reads the
+        # call's buffer (both fixed once armed; rebuilt when a rule or a point is added)
+        self._by_point: dict[str, tuple[tuple[FaultRule, ...], bool]] = {}
+        self._points_known = len(FAULT_POINTS)
         self.seed = 0   # default seed a test or scenario hands to its random rules
 
     def __bool__(self) -> bool:
@@ -222,6 +226,7 @@ class FaultPlan:
             rule._rng = random.Random(seed)
         with self._lock:
             self._rules.append(rule)
+            self._by_point.clear()
         return rule
 
     def arm_from_dict(self, spec: Mapping[str, Any]) -> FaultRule:
@@ -247,20 +252,49 @@ class FaultPlan:
     def check(self, info: CallInfo) -> FaultRule | None:
         """The rule that fires for this call, if any (the first armed one wins)."""
         with self._lock:
-            fired = None
-            for rule in self._rules:
-                if not rule.applies_to(info.point):
-                    continue
-                if fired is None:
-                    if rule.should_fire(info):
-                        fired = rule
-                elif rule.predicate is None or rule.predicate(info):
-                    rule.calls += 1  # counted, though an earlier rule took this call
-            return fired
+            return self._fire(self._for_point(info.point)[0], info)
+
+    def check_call(self, point: str, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                   resolve: Callable[[int], tuple[str, int] | None] | None = None
+                   ) -> FaultRule | None:
+        """:meth:`check` of :func:`call_info`'s view of a call, built only where a rule
+        applies to ``point``, its pointer, size and buffer read only where a predicate reads
+        the call (a fake's every call passes here; the call budget's predicate reads none)."""
+        with self._lock:
+            rules, reads = self._for_point(point)
+            if not rules:
+                return None
+            info = call_info(point, args, kwargs, resolve) if reads else \
+                CallInfo(point, args, kwargs)
+            return self._fire(rules, info)
+
+    def _for_point(self, point: str) -> tuple[tuple[FaultRule, ...], bool]:
+        if self._points_known != len(FAULT_POINTS):
+            self._by_point.clear()
+            self._points_known = len(FAULT_POINTS)
+        hit = self._by_point.get(point)
+        if hit is None:
+            rules = tuple(r for r in self._rules if r.applies_to(point))
+            reads = any(r.predicate is not None and getattr(r.predicate, "reads_call", True)
+                        for r in rules)
+            hit = self._by_point[point] = (rules, reads)
+        return hit
+
+    @staticmethod
+    def _fire(rules: tuple[FaultRule, ...], info: CallInfo) -> FaultRule | None:
+        fired = None
+        for rule in rules:
+            if fired is None:
+                if rule.should_fire(info):
+                    fired = rule
+            elif rule.predicate is None or rule.predicate(info):
+                rule.calls += 1  # counted, though an earlier rule took this call
+        return fired
 
     def clear(self) -> None:
         with self._lock:
             self._rules.clear()
+            self._by_point.clear()
 
     def describe(self) -> list[str]:
         return [r.describe() for r in self._rules]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from .cuda import errors as E
-from .faults import FaultPlan, call_info
+from .faults import FaultPlan
 
 __all__ = ["Intercepted", "Trace", "TraceEntry"]
 
@@ -212,7 +212,7 @@ class Intercepted(types.ModuleType):
                 at = point
                 if alias is not None and not any(r.matches_point(point) for r in rules):
                     at = alias
-                rule = plan.check(call_info(at, args, kwargs, resolve))
+                rule = plan.check_call(at, args, kwargs, resolve)
             if rule is None:
                 result = fn(*args, **kwargs) if kwargs else fn(*args)
                 if torch_face:   # _torch_code's first test, inlined for the hot path

@@ -87,6 +87,7 @@ _LIBC: _Libc | None = None
 # the middle of any allocation, also while a lock is held) removes entries, so the table is
 # only changed and copied by single dict operations, which the GIL makes atomic.
 _LIVE: dict[int, weakref.ref[Reservation]] = {}
+_PENDING = [0]   # bytes of span of the released mappings still mapped (awaiting collection)
 
 
 def _libc() -> _Libc:
@@ -153,6 +154,8 @@ class Reservation:
         if fd is None:
             return
         _LIVE.pop(self.base, None)
+        if self.released:
+            _PENDING[0] -= self.span
         _libc().munmap(self.region, self.span)
         os.close(fd)
 
@@ -167,9 +170,10 @@ class Reservation:
 
 
 def _collect_released() -> None:
-    """Run the collector when released mappings awaiting it hold more than PENDING_LIMIT."""
-    pending = sum(r.span for r in live() if r.released)
-    if pending > PENDING_LIMIT:
+    """Run the collector when released mappings awaiting it hold more than PENDING_LIMIT
+    (kept as a running sum: summing every live mapping on each reservation cost a scenario
+    of many buffers more than its mmaps)."""
+    if _PENDING[0] > PENDING_LIMIT:
         gc.collect()
 
 
@@ -301,6 +305,8 @@ def release(tensor_or_reservation: Any) -> bool:
         reservation_of(tensor_or_reservation)
     if res is None or res.fd is None:
         return False
+    if not res.released:
+        _PENDING[0] += res.span
     res.released = True
     res.free_pages()
     return True

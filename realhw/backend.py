@@ -6,7 +6,7 @@ one fault plan (``faults``/``inject``), ``live_registrations()``/``leak_report()
 ``patch()``. :class:`CudaBackend` names that surface; ``FakeCuda`` and ``RealCuda`` both
 satisfy it, and a test checks the names and signatures agree. Both real modules are wrapped
 by the very :class:`~kvreg.fakes.recorder.Intercepted` layer the fake uses, so a fault plan
-and a trace mean the same thing on either (design.md, "One scenario, end to end").
+and a trace mean the same thing on either (ARCHITECTURE.md#one-scenario-one-way).
 
 An injected fault on real hardware never reaches the driver: the call is answered by the
 recorder, so the code under test sees the failure and rolls back real registrations.

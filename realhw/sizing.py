@@ -10,7 +10,7 @@ target the fake Mooncake store, or that emulate a device whose facts differ from
 machine (WSL2's device aliases, a pre-R580 driver) are skipped with that reason.
 
 Only the generic parts of a scenario are read (backends, target, memory, profile, pool
-size): the tier knows nothing of pool layouts (design.md, rooms).
+size): the tier knows nothing of pool layouts (ARCHITECTURE.md#the-rooms-of-harness).
 """
 
 from __future__ import annotations

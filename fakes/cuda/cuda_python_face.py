@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import enum
 import types
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -210,6 +211,18 @@ def _make_fallback_types() -> dict[str, Any]:
             "cudaPointerAttributes": cudaPointerAttributes, "cudaStream_t": cudaStream_t}
 
 
+_MEMBERS: weakref.WeakKeyDictionary[Any, dict[int, Any]] = weakref.WeakKeyDictionary()
+
+
+def _error_members(err: Any) -> dict[int, Any]:
+    """Every modelled code as a member of the bindings' ``cudaError_t`` (or the fallback
+    enum): made once per enum class, not once per fake (read-only afterwards)."""
+    hit = _MEMBERS.get(err)
+    if hit is None:
+        hit = _MEMBERS[err] = {code: err(code) for code in E.ERRORS}
+    return hit
+
+
 _TYPE_NAMES = ("cudaError_t", "cudaMemoryType", "cudaMemcpyKind", "cudaMemcpySrcAccessOrder",
                "cudaMemLocationType", "cudaDeviceAttr", "cudaMemLocation",
                "cudaMemcpyAttributes", "cudaPointerAttributes", "cudaStream_t")
@@ -243,7 +256,7 @@ class CudaBindingsFace(types.ModuleType):
         self.__dict__.update(types_)
         self._real = real
         self._err = types_["cudaError_t"]
-        self._errs = {code: self._err(code) for code in E.ERRORS}
+        self._errs = _error_members(self._err)
 
     # -- helpers -------------------------------------------------------------------------------
     def _e(self, code: int) -> Any:

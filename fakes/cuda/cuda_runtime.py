@@ -190,8 +190,7 @@ class FakeRuntime:
         with driver.lock:
             seq = driver.seq = driver.seq + 1
             # Default flags still map on UVA systems (docs/cuda-runtime.md §2.1), and
-            # cudaHostGetFlags
-            # reports DEVICEMAP implicitly (docs/cuda-runtime.md §4, lupine #437).
+            # cudaHostGetFlags reports DEVICEMAP implicitly (docs/cuda-runtime.md §4, lupine #437).
             driver.pinned.add(Pinned(ptr, size, flags | REGISTER_MAPPED, "host_alloc", 0, seq,
                                      driver.alias_for(ptr, size)))
         return 0, ptr

@@ -70,8 +70,7 @@ DRIVER_POINTS: dict[str, frozenset[int] | None] = {
 register_points(DRIVER_POINTS)
 
 # cudaHostRegister is a thin wrapper of its driver twin (docs/cuda-runtime.md §2.1): a fault plan
-# written
-# for the runtime point also fails the driver call, unless the plan names cudriver points
+# written for the runtime point also fails the driver call, unless the plan names cudriver points
 RUNTIME_TWINS = {"cuMemHostRegister": "cudart.cudaHostRegister",
                  "cuMemHostUnregister": "cudart.cudaHostUnregister"}
 

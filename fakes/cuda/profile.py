@@ -39,8 +39,7 @@ class DeviceProfile:
     total_memory: int = 143_771_942_912
     driver_version: int = 13000
     # Each runtime instance reports its own version (docs/cuda-runtime.md §6, §9): torch's bundled
-    # libcudart
-    # and the system libcudart (13.0 -> 13000, docs/cuda-runtime.md §2.2 [OBS-local]) ...
+    # libcudart and the system libcudart (13.0 -> 13000, docs/cuda-runtime.md §2.2 [OBS-local]) ...
     runtime_version: int = 13000
     # ... and the runtime cuda-bindings links statically: 13050 for cuda-bindings 13.5.0,
     # 13040 for 13.4.4, 12090 for 12.9.x (docs/cuda-runtime.md §6, §9 [OBS-local])
@@ -49,29 +48,26 @@ class DeviceProfile:
     # ceiling (575-)
     per_call_limit: int | None = PER_CALL_CEILING_R580
     # docs/cuda-runtime.md §2.2 "Address inside CUDA's reserved VA (for example MAP_FIXED at
-    # 0xff0000000)"
-    # -> 1 [OBS-ext] ucx #8827. The extent of the reservation is [UNC]: the default covers
-    # the documented example (8 GiB up to 64 GiB); the real-hardware tier can replace it.
+    # 0xff0000000)" -> 1 [OBS-ext] ucx #8827. The extent of the reservation is [UNC]: the default
+    # covers the documented example (8 GiB up to 64 GiB); the real-hardware tier can replace it.
     reserved_va: tuple[tuple[int, int], ...] = ((0x2_0000_0000, 0x10_0000_0000),)
     # docs/cuda-runtime.md §2.1: cudaDevAttrHostRegisterSupported (99)
     host_register_supported: bool = True
     # docs/cuda-runtime.md §2.1: cudaDevAttrHostRegisterReadOnlySupported (113); without it ReadOnly
-    # -> 801.
-    # The attribute's value per device is not in the spec; the real tier records it.
+    # -> 801. The attribute's value per device is not in the spec; the real tier records it.
     read_only_supported: bool = False
     # docs/cuda-runtime.md §2.1 / §4: cudaDevAttrCanUseHostPointerForRegisteredMem (91): alias ==
     # host VA
     can_use_host_pointer_for_registered_mem: bool = True
-    # IoMemory flag: the driver doc allows NOT_PERMITTED for unprivileged users (docs/cuda-
-    # runtime.md §2.1)
+    # IoMemory flag: the driver doc allows NOT_PERMITTED for unprivileged users
+    # (docs/cuda-runtime.md §2.1)
     io_memory_permitted: bool = False
     # [UNC] docs/cuda-runtime.md §2.2 row "byte-disjoint but same 4 KiB page": observed to succeed,
-    # so the
-    # overlap check is per byte ("byte"); "page" makes it per 4 KiB page (-> 712).
+    # so the overlap check is per byte ("byte"); "page" makes it per 4 KiB page (-> 712).
     overlap_granularity: Literal["byte", "page"] = "byte"
     # [UNC] docs/cuda-runtime.md §5.4: a copy spanning two adjacent, separate registrations. The
-    # conservative
-    # default is to reject it with 1 (docs/cuda-runtime.md §11.3); "allow" treats it as pinned.
+    # conservative default is to reject it with 1 (docs/cuda-runtime.md §11.3); "allow" treats it as
+    # pinned.
     copy_across_registrations: Literal["reject", "allow"] = "reject"
     # [UNC] docs/cuda-runtime.md §2.2: registering memory from cudaHostAlloc "reports an error",
     # probably 712.
@@ -79,12 +75,10 @@ class DeviceProfile:
     # [UNC] docs/cuda-runtime.md §3: cudaHostUnregister(NULL) gives InvalidValue or 713.
     unregister_null_code: int = 1
     # [UNC] docs/cuda-runtime.md §4: cudaHostGetFlags on cudaHostRegister'd memory: the registration
-    # flags
-    # ("flags") or InvalidValue ("invalid", the documented wording).
+    # flags ("flags") or InvalidValue ("invalid", the documented wording).
     host_get_flags_on_registered: Literal["flags", "invalid"] = "invalid"
     # [UNC] docs/cuda-runtime.md §4: for an interior address, hostPointer/devicePointer report the
-    # queried
-    # address ("queried", the [INF] reading) or the registration base ("base").
+    # queried address ("queried", the [INF] reading) or the registration base ("base").
     pointer_attributes_interior: Literal["queried", "base"] = "queried"
     # [UNC] docs/cuda-runtime.md §4: the `device` reported for unregistered memory
     # (cudaInvalidDeviceId = -2).
@@ -106,6 +100,12 @@ class DeviceProfile:
     # __init__.py _load_global_deps]; "bundled": older wheels' torch/lib/libcudart-<hash>.so;
     # "private": cudart linked statically (USE_CUDA_STATIC_LINK builds), reachable by no name
     torch_cudart: Literal["shared", "bundled", "private"] = "shared"
+    # docs/cuda-runtime.md §6.2: whether anything but the code's own handles reads the last
+    # error of a libcudart instance that is not torch's (a name or file the dynamic loader
+    # maps apart from torch's object). "unread" (default): torch's kernel-launch checks read
+    # torch's instance only, so an error left there is a warning; "read": another component
+    # of the process opens the same library and checks its last error, a failure [UNC]
+    private_cudart_error: Literal["unread", "read"] = "unread"
     # docs/cuda-runtime.md §13: what the thread that patches the fake in has current.
     # "primary": the device's primary context, as on a serving engine's main thread after
     # torch allocated device memory there (the runtime makes it current, §13.2); "none": a
@@ -203,6 +203,7 @@ UNC_OPTIONS: dict[str, tuple[Any, ...]] = {
     "overlap_granularity": ("byte", "page"),                # §2.2
     "host_get_flags_on_registered": ("flags", "invalid"),   # §4
     "pointer_attributes_interior": ("queried", "base"),     # §4
+    "private_cudart_error": ("unread", "read"),             # §6.2
     # not [UNC]: facts of the process a scenario chooses
     "torch_cudart": ("shared", "bundled", "private"),        # §6.1
     "register_thread": ("main", "worker"),                   # §13.4

@@ -204,6 +204,9 @@ class TorchCudartFace(types.ModuleType):
         limits = _ARG_LIMITS.get(api)
         if limits is None:
             return
+        if not kwargs and len(args) == len(limits) and all(
+                type(v) is int and 0 <= v < limit for v, limit in zip(args, limits, strict=True)):
+            return   # plain ints in range: nothing to raise (the signature text is for errors)
         sig = f"({', '.join(f'arg{i}: int' for i in range(len(limits)))})"
         if len(args) != len(limits) or kwargs:
             shown = ", ".join(repr(a) for a in args)

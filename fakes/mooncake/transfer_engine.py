@@ -202,6 +202,11 @@ class FakeTransferEngine:
         if self.profile.slices_split_at_mr_seams:
             return self._covered(addr, length)
         starts, descs = self._sorted_descs()
+        # the whole range inside one buffer and one of its MRs: so is every slice of it
+        # (a page moved per call is one bisect, not one per slice)
+        i = bisect.bisect_right(starts, addr) - 1
+        if i >= 0 and descs[i].holds(addr, length):
+            return True
         for saddr, slen in store_slices(addr, length, self.profile):
             for taddr, tlen in te_slices(saddr, slen, self.profile, self.slice_size):
                 i = bisect.bisect_right(starts, taddr) - 1   # buffers never overlap

@@ -69,8 +69,9 @@ class PyverbsUserError(PyverbsError):
 
 
 class NotModelledError(NotModelled):
-    """A real pyverbs (or Mooncake) API the fake does not implement (design.md, "The fake's
-    rules"): using it raises this, naming the coverage table, never a silent stand-in.
+    """A real pyverbs (or Mooncake) API the fake does not implement
+    (ARCHITECTURE.md#the-fakes-rules): using it raises this, naming the coverage table, never
+    a silent stand-in.
 
     The name itself exists, as on the real module (``hasattr`` is True, ``from pyverbs.mr
     import DmaBufMR`` works); only calling or instantiating it fails.

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..address_space import AddressSpace
-from ..faults import CallInfo, FaultPlan, FaultRule, call_info
+from ..faults import FaultPlan, FaultRule
 from ..recorder import Trace
 from . import enums as V
 from .errors import errno_name
@@ -138,8 +138,7 @@ class Fabric:
         """The injected code for this call, if a rule fires (raise/delay happen here)."""
         if not self.faults:
             return None
-        info: CallInfo = call_info(point, args, {}, node.resolve)
-        rule: FaultRule | None = self.faults.check(info)
+        rule: FaultRule | None = self.faults.check_call(point, args, {}, node.resolve)
         if rule is None:
             return None
         if rule.delay:

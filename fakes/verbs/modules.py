@@ -15,6 +15,7 @@ import errno
 import importlib.abc
 import importlib.machinery
 import logging
+import re
 import sys
 import types
 from collections.abc import Iterator, Mapping, Sequence
@@ -191,9 +192,11 @@ def patch_modules(modules: Mapping[str, types.ModuleType], root: str) -> Iterato
     fake and the real package never mix.
     """
     saved: dict[str, Any] = {}
-    for name in list(sys.modules):
-        if name == root or name.startswith(root + "."):
-            saved[name] = sys.modules.pop(name)
+    # ``root`` and its submodules, matched in C: sys.modules holds thousands of names once
+    # torch is imported, and every scenario of the Mooncake target patches twice
+    under = re.compile(re.escape(root) + r"(?:\.|\Z)").match
+    for name in list(filter(under, sys.modules)):
+        saved[name] = sys.modules.pop(name)
     for name in modules:
         saved.setdefault(name, _MISSING)
     refuser = _Refuser(root, sorted(modules))
@@ -204,9 +207,8 @@ def patch_modules(modules: Mapping[str, types.ModuleType], root: str) -> Iterato
     finally:
         with suppress(ValueError):
             sys.meta_path.remove(refuser)
-        for name in list(sys.modules):
-            if name == root or name.startswith(root + "."):
-                del sys.modules[name]
+        for name in list(filter(under, sys.modules)):
+            del sys.modules[name]
         for name, old in saved.items():
             if old is not _MISSING:
                 sys.modules[name] = old

@@ -18,12 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from kvreg.harness.run.adapters import (
-    STYLES,
-    Implementation,
-    ImplementationError,
-    make_implementation,
-)
+from kvreg.harness.run.adapters import Implementation, ImplementationError, make_implementation
 from kvreg.harness.run.catalog import restore_sigint, run_catalog, write_atomic
 from kvreg.harness.run.causes import causes, hints, render_causes
 from kvreg.harness.run.endstate import undrainable
@@ -36,6 +31,7 @@ from kvreg.harness.run.limits import (
     parse_timeout,
 )
 from kvreg.harness.run.result import INTERNAL_ERROR, REPORT_REQUEST, ScenarioResult
+from kvreg.harness.run.style_names import USER_STYLES
 from kvreg.harness.scenario.format import Scenario, ScenarioError, bundled_root, load_paths
 
 from .checks import UsageError, positive_int
@@ -63,7 +59,7 @@ def add_parsers(sub: Any) -> None:
     run.add_argument("--impl", metavar="SPEC", help="file.py:function or package.module:function")
     run.add_argument("--teardown", metavar="SPEC", help="teardown function (default: "
                                                         "'teardown' next to --impl)")
-    run.add_argument("--style", choices=[s for s in STYLES if s != "reference"],
+    run.add_argument("--style", choices=USER_STYLES,
                      help="implementation style (default sglang)")
     run.add_argument("--backend", choices=["fake", "cuda"], default="fake")
     run.add_argument("--pinning", choices=["required", "optional"],

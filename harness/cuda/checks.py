@@ -24,8 +24,10 @@ from kvreg.harness.run.endstate import (
     check_error_pending,
     check_error_reported,
     check_registered,
+    decisive_failure,
     fully_registered,
     live_ranges,
+    mark_superseded,
     recovered_warnings,
     rollback_phrase,
 )
@@ -78,6 +80,8 @@ class RunRecord:
     pending: list[Pending] = field(default_factory=list)   # last errors left per runtime
     # the device profile's [UNC] copy rule (docs/cuda-runtime.md §5.4): decides seams-aligned
     copy_across: str = "reject"
+    # the device profile's [UNC] reader of a private libcudart's last error (§6.2)
+    private_cudart_error: str = "unread"
     plain: bool = False                    # trace arguments made plain ints (plain_trace)
     # the chunk-limit contract (harness/run/contract.py): whether the implementation declared
     # one, and whether it binds only where a granularity is passed (SGLang's: G None is one call)
@@ -85,25 +89,18 @@ class RunRecord:
     limit_needs_granularity: bool = True
 
 
-def _address(value: Any) -> int:
-    """A recorded pointer or size as the runtime read it: ctypes hands a NULL ``void *`` to
-    Python as None, code may pass a ``c_void_p`` or an object with ``__int__``
-    (``CUdeviceptr``) or a buffer (cuda-python's conversion, docs/cuda-runtime.md §9)."""
-    if value is None:
-        return 0
-    if isinstance(value, int):
-        return int(value)
-    return pointer_arg(value)
-
-
 def plain_trace(trace: list[TraceEntry]) -> list[TraceEntry]:
     """``trace`` with the registration calls' pointers and sizes as ints (NULL is 0), as the
-    runtime read them: every value the real API accepts can be judged."""
+    runtime read them: every value the real API accepts can be judged. One reader,
+    cuda-python's conversion (``pointer_arg``, docs/cuda-runtime.md §9): ctypes' None for a
+    NULL ``void *``, a ``c_void_p``, an object with ``__int__`` (``CUdeviceptr``), a buffer.
+    A plain int stays as recorded (an injected fault records the call before any binding
+    converted it)."""
     out = []
     for e in trace:
         if e.api in REGISTER_APIS | UNREGISTER_APIS and not all(
                 type(a) is int for a in e.args[:2]):
-            e = replace(e, args=tuple(_address(a) if i < 2 else a
+            e = replace(e, args=tuple(pointer_arg(a) if i < 2 and type(a) is not int else a
                                       for i, a in enumerate(e.args)))
         out.append(e)
     return out
@@ -166,8 +163,10 @@ def check_run(r: RunRecord) -> list[Violation]:
             out.append(Violation("range-outside-buffer", f"call #{e.seq + 1} registers "
                                  f"[{_where(r, ptr)}, +{size}) which is not inside one pool "
                                  "buffer", e.seq))
-        elif size > r.limit and r.limit_contract and (
+        elif size > r.limit and e.code == 0 and r.limit_contract and (
                 owner.granularity is not None or not r.limit_needs_granularity):
+            # a call the runtime refused registered nothing: its results judge it
+            # (issue 24 §4), the contract binds what was registered
             out.append(Violation("chunk-over-limit", f"call #{e.seq + 1} registers {size} bytes at "
                                  f"{_where(r, ptr)}, above the chunk limit {r.limit}", e.seq))
 
@@ -189,15 +188,16 @@ def check_run(r: RunRecord) -> list[Violation]:
         if mine and b.error is None and not fully_registered(end_of[b.spec.name]) \
                 and not fallback:
             swallowed.add(b.spec.name)
-            e = mine[0]
+            # the failure register ended on, not a refusal it recovered from by chunks
+            f = decisive_failure(end_of[b.spec.name].failed)
             logged = next((m for m in r.logs if m), "")
             out.append(Violation(
                 "error-swallowed",
-                f"cudaHostRegister returned {e.code} ({error_string(e.code or 0)}) at "
-                f"{_where(r, int(e.args[0]))} (call #{e.seq + 1}) but register() of {b.spec.name} "
+                f"{f.api} returned {f.code} ({f.text}) at "
+                f"{_where(r, f.ptr)} (call #{f.seq + 1}) but register() of {b.spec.name} "
                 "returned normally: the pool would run "
                 + ("partly unpinned" if end_of[b.spec.name].live else "unpinned")
-                + (f" (it only logged: {logged!r})" if logged else ""), e.seq))
+                + (f" (it only logged: {logged!r})" if logged else ""), f.seq))
     # expectations
     if r.expect == "success":
         for b in r.buffers:
@@ -244,7 +244,8 @@ def check_run(r: RunRecord) -> list[Violation]:
     out += check_registered(ends, r.pinning, skip=swallowed)
     out += _seams(r, ends)[0]
     out += check_error_reported(ends)
-    out += check_error_pending(r.pending, fallback=fallback)[0]
+    out += check_error_pending(r.pending, fallback=fallback,
+                               private_read=r.private_cudart_error == "read")[0]
 
     # transfers over every page
     t = r.transfer
@@ -330,13 +331,16 @@ def buffer_ends(r: RunRecord) -> list[BufferEnd]:
               for e in r.trace if e.seq < stop
               and e.api in REGISTER_APIS | UNREGISTER_APIS]
     live = live_ranges(events)
+    regs = [e for e in r.trace if e.api in REGISTER_APIS]
     out = []
     for b in r.buffers:
         end = b.base + b.spec.nbytes
-        failed = [FailedCall(e.seq, e.api, int(e.args[0]), int(e.args[1]), int(e.code),
-                             error_name(int(e.code)), error_string(int(e.code)))
-                  for e in r.trace if e.api in REGISTER_APIS and e.code
-                  and b.seq_start <= e.seq < b.seq_end]
+        mine = [e for e in regs if b.seq_start <= e.seq < b.seq_end]
+        failed = mark_superseded(
+            [FailedCall(e.seq, e.api, int(e.args[0]), int(e.args[1]), int(e.code),
+                        error_name(int(e.code)), error_string(int(e.code)))
+             for e in mine if e.code],
+            [(e.seq, int(e.args[0]), int(e.args[1])) for e in mine])
         out.append(BufferEnd(b.spec.name, b.base, b.spec.nbytes, b.unit,
                              b.registered and b.error is None, b.raised, b.seq_end,
                              [(p, s) for p, s in sorted(live.items())
@@ -375,7 +379,8 @@ def check_warnings(r: RunRecord) -> list[Violation]:
     out = recovered_warnings(ends, lambda e: bool(cuts_of(
         e, specs[_index(r, e)], families, _index(r, e))))
     out += _seams(r, ends)[1]
-    out += check_error_pending(r.pending, fallback=_fell_back(r, ends))[1]
+    out += check_error_pending(r.pending, fallback=_fell_back(r, ends),
+                               private_read=r.private_cudart_error == "read")[1]
     out += _null_unregisters(r)
     out += _unloading_warnings(r)
     out.sort(key=lambda v: v.seq)
@@ -383,24 +388,53 @@ def check_warnings(r: RunRecord) -> list[Violation]:
 
 
 def _unloading(r: RunRecord) -> dict[int, TraceEntry]:
-    """The live chunks whose last cudaHostUnregister returned cudaErrorCudartUnloading: the
-    runtime is shutting down and its teardown releases the process's pinned memory, so a
-    chunk forgotten then costs nothing (docs/cuda-runtime.md §3.1)."""
+    """The chunks live at the end once the runtime said it is unloading, each with the call
+    that said so: its own last cudaHostUnregister where that returned
+    cudaErrorCudartUnloading, else the first call that did. The runtime is shutting down and
+    the process's pinned memory goes with it (docs/cuda-runtime.md §3.1), so a chunk
+    forgotten then costs nothing, tried or not: a teardown that stopped at the first such
+    error (SGLang 0.5.23's error path raises a TypeError there) never tries the rest."""
+    first: TraceEntry | None = None     # in teardown: register's rollback has its own rules
     last: dict[int, TraceEntry] = {}
+    rollback_failed: set[int] = set()   # chunks register's rollback failed to release
+    start = r.teardown_start if r.teardown_start is not None else 1 << 62
     for e in r.trace:
+        if e.code == CUDART_UNLOADING and first is None and e.seq >= start \
+                and e.api in REGISTER_APIS | UNREGISTER_APIS:
+            first = e
         if e.api in UNREGISTER_APIS:
             last[int(e.args[0])] = e
-    live = {ptr for ptr, _ in r.live_end}
-    return {ptr: e for ptr, e in last.items() if ptr in live and e.code == CUDART_UNLOADING}
+            if e.code and e.seq < start:
+                rollback_failed.add(int(e.args[0]))
+    out = {}
+    for ptr, size in r.live_end:
+        own = last.get(ptr)
+        if own is not None and own.code == CUDART_UNLOADING:
+            out[ptr] = own
+        elif first is not None and ptr not in rollback_failed:
+            # lost before teardown (a register that raised and did not roll it back) is
+            # judged as it was, unloading or not
+            owner = _owner(r, ptr, size)
+            if owner is None or owner.error is None:
+                out[ptr] = first
+    return out
 
 
 def _unloading_warnings(r: RunRecord) -> list[Violation]:
     unloading = _unloading(r)
-    return [Violation("unregister-unloading", f"chunk [{_where(r, ptr)}, +{size}) is still "
-                      f"registered: its last cudaHostUnregister (call #{e.seq + 1}) returned "
-                      f"{CUDART_UNLOADING} {error_name(CUDART_UNLOADING)}; harmless, the "
-                      "runtime is unloading and releases pinned memory as it goes", e.seq)
-            for ptr, size in r.live_end if (e := unloading.get(ptr)) is not None]
+    out = []
+    for ptr, size in r.live_end:
+        e = unloading.get(ptr)
+        if e is None:
+            continue
+        said = f"{e.api} (call #{e.seq + 1}) returned {CUDART_UNLOADING} " \
+            f"{error_name(CUDART_UNLOADING)}"
+        why = (f"its last {said}" if e.api in UNREGISTER_APIS and int(e.args[0]) == ptr
+               else f"teardown left it after {said}")
+        out.append(Violation("unregister-unloading", f"chunk [{_where(r, ptr)}, +{size}) is "
+                             f"still registered: {why}; harmless, the runtime is unloading "
+                             "and releases pinned memory as it goes", e.seq))
+    return out
 
 
 def _null_unregisters(r: RunRecord) -> list[Violation]:
@@ -426,14 +460,12 @@ def _rollback(r: RunRecord, b: BufferRun, pinned_by_fault: set[int]) -> str:
 
 def _explain_error(r: RunRecord, b: BufferRun) -> str:
     assert b.error is not None
-    failing = [e for e in r.trace if e.api in REGISTER_APIS and e.code
-               and b.seq_start <= e.seq < b.seq_end]
+    failing = next(e.failed for e in buffer_ends(r) if e.label == b.spec.name)
     msg = f"register() of {b.spec.name} raised {_exc(b.error)}"
     if failing:
-        e = failing[0]
-        size = int(e.args[1])
-        msg += (f"; {e.api}({_where(r, int(e.args[0]))}, {size}) returned {e.code} "
-                f"({error_string(e.code or 0)})")
+        e = decisive_failure(failing)   # not a refusal it recovered from by chunks
+        size = e.size
+        msg += f"; {e.api}({_where(r, e.ptr)}, {size}) returned {e.code} ({e.text})"
         if e.code == 201:   # CUDA_ERROR_INVALID_CONTEXT (docs/cuda-runtime.md §13)
             msg += (": no CUDA context is current on the calling thread; make the device's "
                     "primary context current there (cuDevicePrimaryCtxRetain, cuCtxSetCurrent)")

@@ -83,7 +83,9 @@ def pending_errors(fake: Any, step: str) -> list[Pending]:
             # the code holds cudaGetLastError for it, as for any libcudart it loaded
             if label == "torch" and "torch" in getattr(fake, "ctypes_reached", ()):
                 label = "libcudart"
-            out.append(Pending(step, label, code, error_name(code)))
+            # a libcudart the loader mapped apart from torch's: torch never reads it (§6.2)
+            out.append(Pending(step, label, code, error_name(code),
+                               private=attr == "libcudart_runtime"))
     return out
 
 
@@ -293,6 +295,7 @@ class CudaTarget:
         record = RunRecord(geometry, sc.chunk_limit, sc.expect, fake.profile.per_call_limit,
                            runs, [], exercised=sc.exercise, pinning=impl.pinning or sc.pinning,
                            copy_across=str(fake.profile.copy_across_registrations),
+                           private_cudart_error=str(fake.profile.private_cudart_error),
                            limit_contract=impl.contract.limit,
                            limit_needs_granularity=impl.contract.limit_with_granularity_only)
         families = geometry.extent_families() if geometry.has_page_meta else None

@@ -150,8 +150,7 @@ class MHAGeometry(_MHABase):
                               unit, regions_in_order(("pages", self.page_num * unit)))
         if self.layout == LAYER_FIRST:
             # Direct io (transfer_kv_direct, docs/pools.md §5.2) copies runs of consecutive tokens
-            # per
-            # layer; a run may cross pages but never a layer slab, so the copy unit is the slab.
+            # per layer; a run may cross pages but never a layer slab, so the copy unit is the slab.
             granularity, copy_unit = None, slab
             parts = [(f"{half} layer {i}", slab) for half in "KV" for i in range(self.layer_num)]
             regions = regions_in_order(*parts)

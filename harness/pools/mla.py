@@ -78,8 +78,7 @@ class MLAGeometry(PoolGeometry):
         L, P, N, S, C = self.layer_num, self.page_size, self.page_num, self.size, self.kv_cache_dim
         if self.layout == LAYER_FIRST:
             # Direct io copies runs of consecutive tokens inside one layer slab (docs/pools.md
-            # §5.2),
-            # and a run may cross pages: the copy unit is the layer slab S*C*b.
+            # §5.2), and a run may cross pages: the copy unit is the layer slab S*C*b.
             buf = BufferSpec(
                 "kv_buffer",
                 (L, S, 1, C),

@@ -222,7 +222,8 @@ class PoolCheck:
         expect = "register-error" if self.raised is not None else "success"
         record = RunRecord(self.geometry, self.limit, expect, fake.profile.per_call_limit,
                            runs, [], pinning=self.pinning,
-                           exercised=("register", "teardown") if teardown else ("register",))
+                           exercised=("register", "teardown") if teardown else ("register",),
+                           private_cudart_error=str(fake.profile.private_cudart_error))
         return record
 
     def registered(self) -> list[Violation]:

@@ -38,13 +38,11 @@ from kvreg.harness.pools.base import ExtentFamily
 
 from .contract import ABSENT, Contract, contract_of
 from .process import EnvRead, import_scope, installed, watching_env
+from .style_names import SELF_REACHING, STYLES
 
-__all__ = ["STYLES", "STYLE_CALLS", "Implementation", "ImplementationError", "check_signature",
+__all__ = ["STYLE_CALLS", "Implementation", "ImplementationError", "check_signature",
            "load_callable", "make_implementation"]
 
-STYLES = ("reference", "sglang", "generic", "mooncake", "ctypes", "driver")
-# styles whose code reaches CUDA by itself: register(ptr, nbytes, ...) / teardown(ranges)
-SELF_REACHING = ("ctypes", "driver")
 GiB = 1 << 30
 
 

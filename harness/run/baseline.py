@@ -9,6 +9,12 @@ The file is plain text meant for review: ``#`` comments, then one line per known
 ``<scenario id> <rule>`` (a scenario that breaks two rules has two lines), sorted, so a
 diff shows exactly which failure appeared or went away. A scenario that errors (the run
 itself broke) is recorded with the rule ``error``.
+
+Ids are the same wherever kvreg runs (:mod:`kvreg.harness.scenario.ids`); a file written
+now says so in its header (``IDS_LINE``). A file without that line was written when a
+scenario's id was its path from the folder given to kvreg (``our_pool/oom`` for what is now
+``kv_scenarios/our_pool/oom``): its lines still match, by the tail of today's id, so such a
+file keeps its meaning until ``--write-baseline`` rewrites it.
 """
 
 from __future__ import annotations
@@ -18,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-__all__ = ["ERROR_RULE", "Baseline", "BaselineError", "BaselineOutcome", "compare",
-           "failure_rules", "load_baseline", "parse_baseline", "render_baseline", "write_baseline"]
+__all__ = ["ERROR_RULE", "IDS_LINE", "Baseline", "BaselineError", "BaselineOutcome", "compare",
+           "failure_rules", "load_baseline", "parse_baseline", "renamed_note", "render_baseline",
+           "write_baseline"]
 
 ERROR_RULE = "error"
 HEADER = (
@@ -27,7 +34,9 @@ HEADER = (
     "# `kvreg run --baseline FILE` fails only on failures not listed here and reports the\n"
     "# listed ones that no longer fail. Regenerate with `kvreg run --write-baseline FILE`;\n"
     "# review changes to this file like code.\n"
+    "# kvreg ids: rootdir (the same wherever kvreg runs; kvreg's scenarios/FORMAT.md)\n"
 )
+IDS_LINE = "# kvreg ids: rootdir"
 
 
 class BaselineError(ValueError):
@@ -68,9 +77,24 @@ class Baseline:
 
     entries: Mapping[str, frozenset[str]]
     source: str = ""
+    old_ids: bool = False   # written before ids were rootdir-relative (no IDS_LINE)
+
+    def key(self, scenario_id: str) -> str | None:
+        """The id this file records the scenario under: its id, or in a file of old ids
+        the longest tail of it (two parts at least: file and name) that the file holds."""
+        if scenario_id in self.entries:
+            return scenario_id
+        if self.old_ids:
+            parts = scenario_id.split("/")
+            for i in range(1, len(parts) - 1):
+                tail = "/".join(parts[i:])
+                if tail in self.entries:
+                    return tail
+        return None
 
     def rules(self, scenario_id: str) -> frozenset[str]:
-        return self.entries.get(scenario_id, frozenset())
+        key = self.key(scenario_id)
+        return self.entries[key] if key is not None else frozenset()
 
     def knows(self, scenario_id: str, rules: Iterable[str]) -> bool:
         """Whether every rule this scenario breaks is recorded (and it breaks at least one)."""
@@ -83,15 +107,18 @@ class Baseline:
 
 def parse_baseline(text: str, source: str) -> Baseline:
     entries: dict[str, set[str]] = {}
+    old_ids = True
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
+        if line.startswith(IDS_LINE):
+            old_ids = False
         if not line or line.startswith("#"):
             continue
         parts = line.split()
         if len(parts) != 2:
             raise BaselineError(f"{source}:{n}: expected '<scenario id> <rule>', got {raw!r}")
         entries.setdefault(parts[0], set()).add(parts[1])
-    return Baseline({k: frozenset(v) for k, v in entries.items()}, source)
+    return Baseline({k: frozenset(v) for k, v in entries.items()}, source, old_ids)
 
 
 def load_baseline(path: str | Path) -> Baseline:
@@ -131,6 +158,7 @@ class BaselineOutcome:
     new: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
     known: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
     fixed: list[tuple[str, str]] = field(default_factory=list)
+    renamed: list[tuple[str, str]] = field(default_factory=list)   # (old id in the file, id)
 
     @property
     def ok(self) -> bool:
@@ -145,7 +173,17 @@ class BaselineOutcome:
                 for sid, rule in self.fixed]
         out += [f"NEW failure (not in the baseline): {sid} [{', '.join(rules)}]"
                 for sid, rules in self.new]
+        if self.renamed:
+            out.append(renamed_note(self.renamed))
         return out
+
+
+def renamed_note(renamed: Sequence[tuple[str, str]]) -> str:
+    """The line that tells a user their baseline still names scenarios by old ids."""
+    old, now = renamed[0]
+    return (f"{len(renamed)} scenario(s) matched by the id they had before ids were made the "
+            f"same wherever kvreg runs (e.g. {old} is now {now}); `kvreg run "
+            "--write-baseline FILE` writes today's ids")
 
 
 def compare(results: Iterable[_Result], baseline: Baseline) -> BaselineOutcome:
@@ -157,8 +195,13 @@ def compare(results: Iterable[_Result], baseline: Baseline) -> BaselineOutcome:
     out = BaselineOutcome()
     for r in results:
         rules = failure_rules(r)
+        key = baseline.key(r.id)
+        if key is not None and key != r.id:
+            out.renamed.append((key, r.id))
         if rules:
             (out.known if baseline.knows(r.id, rules) else out.new).append((r.id, rules))
         if r.verdict in ("pass", "fail", "error"):
-            out.fixed += [(r.id, rule) for rule in sorted(baseline.rules(r.id) - set(rules))]
+            # named as the file has it, so the line to remove is found
+            out.fixed += [(key or r.id, rule)
+                          for rule in sorted(baseline.rules(r.id) - set(rules))]
     return out

@@ -31,6 +31,8 @@ class CallBudget:
     def _counts(self, _info: Any) -> bool:
         return self.counting
 
+    _counts.reads_call = False   # type: ignore[attr-defined]  # the plan skips the buffer lookup
+
     @property
     def spent(self) -> int:
         """The implementation's calls counted so far (the one stopped included)."""

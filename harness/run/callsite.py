@@ -112,6 +112,18 @@ def _runner(filename: str) -> bool:
     return os.path.realpath(filename).startswith(_RUNNER)
 
 
+_AT_USER, _AT_FOREIGN, _AT_RUNNER = 0, 1, 2
+_KINDS: dict[str, int] = {}   # a frame's file: what the call-site walk does at it (per call)
+
+
+def _frame_kind(filename: str) -> int:
+    """The user's frame (the walk stops there), a foreign one it passes, or kvreg's runner
+    (the call has no site)."""
+    if not _foreign(filename):
+        return _AT_USER
+    return _AT_RUNNER if _runner(filename) else _AT_FOREIGN
+
+
 def _innermost(frames: Sequence[tuple[str, int]]) -> Site | None:
     """The innermost frame that is not kvreg's, the standard library's or a binding's: the
     call sites' rule (:meth:`CallSites.note_call`)."""
@@ -172,8 +184,15 @@ class CallSites:
             return
         # the innermost user frame inside the implementation: the walk stops at kvreg's
         # runner (harness, realhw), so a call kvreg's own reference makes has no site
-        while frame is not None and _foreign(frame.f_code.co_filename):
-            if _runner(frame.f_code.co_filename):
+        kinds = _KINDS
+        while frame is not None:
+            name = frame.f_code.co_filename
+            kind = kinds.get(name)
+            if kind is None:
+                kind = kinds[name] = _frame_kind(name)
+            if kind == _AT_USER:
+                break
+            if kind == _AT_RUNNER:
                 return
             frame = frame.f_back
         if frame is not None:

@@ -25,8 +25,9 @@ from __future__ import annotations
 import linecache
 import re
 import traceback
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import kvreg.fakes
@@ -35,6 +36,8 @@ from .result import Violation, whole_message
 
 __all__ = [
     "PINNING",
+    "PRIVATE_READ",
+    "PRIVATE_UNREAD",
     "UNDRAINABLE",
     "BufferEnd",
     "FailedCall",
@@ -45,8 +48,10 @@ __all__ = [
     "check_registered",
     "check_seams_aligned",
     "coverage_problems",
+    "decisive_failure",
     "fully_registered",
     "live_ranges",
+    "mark_superseded",
     "recovered_warnings",
     "rollback_phrase",
     "summarize_exception",
@@ -127,6 +132,9 @@ class FailedCall:
     code: int
     name: str          # "cudaErrorMemoryAllocation", "INVALID_PARAMS"
     text: str = ""     # the error string, when the API has one
+    # a later call of the same register tried this memory again (mark_superseded): the code
+    # moved past this failure, whatever came of the retry
+    superseded: bool = False
 
     def carried_by(self, raised: Raised) -> bool:
         """Whether the raised exception says which error this was."""
@@ -144,6 +152,40 @@ class FailedCall:
             if pattern.search(msg):
                 return True
         return False
+
+
+def mark_superseded(failed: Sequence[FailedCall],
+                    attempts: Iterable[tuple[int, int, int]]) -> list[FailedCall]:
+    """``failed`` with ``superseded`` set on each call a later attempt ``(seq, ptr, size)``
+    of the same register overlaps: the whole buffer refused and then tried in chunks, a chunk
+    retried or split. Such a failure is not what the register ended on (issue 24 §4: judge
+    results); one sweep from the last attempt back, over the union of later ranges."""
+    if not failed:
+        return []
+    by_seq = {f.seq: f for f in failed}
+    starts: list[int] = []          # disjoint [start, end) spans of later attempts, sorted
+    ends: list[int] = []
+    out: dict[int, FailedCall] = {}
+    for seq, ptr, size in sorted(attempts, reverse=True):
+        end = ptr + max(size, 1)
+        f = by_seq.get(seq)
+        if f is not None:
+            i = bisect_right(starts, ptr + max(f.size, 1) - 1)
+            hit = i > 0 and ends[i - 1] > ptr
+            out[seq] = replace(f, superseded=hit) if hit != f.superseded else f
+        lo = bisect_left(ends, ptr)          # first span that may touch [ptr, end)
+        hi = bisect_right(starts, end)       # past the last span that may touch it
+        if lo < hi:
+            ptr, end = min(ptr, starts[lo]), max(end, ends[hi - 1])
+        starts[lo:hi], ends[lo:hi] = [ptr], [end]
+    return [out.get(f.seq, f) for f in failed]
+
+
+def decisive_failure(failed: Sequence[FailedCall]) -> FailedCall:
+    """The failed call a register's outcome rests on: the first one no later call tried
+    again (after the whole buffer was refused and chunks began, a chunk that failed); the
+    last one when the code tried past every failure."""
+    return next((f for f in failed if not f.superseded), failed[-1])
 
 
 @dataclass
@@ -279,8 +321,10 @@ def check_error_reported(buffers: Sequence[BufferEnd]) -> list[Violation]:
     for b in buffers:
         if b.raised is None or not b.failed:
             continue
-        call = b.failed[0]
-        if call.carried_by(b.raised):
+        # the failure register ended on, or an earlier try of that very call (a retry)
+        call = decisive_failure(b.failed)
+        if any(f.carried_by(b.raised) for f in b.failed if f is call
+               or (f.ptr, f.size, f.api) == (call.ptr, call.size, call.api)):
             continue
         what = f"{call.name} ({call.code}" + (f", {call.text})" if call.text else ")")
         where = f"{call.api}({b.label}+{call.ptr - b.base:#x}, {call.size}) (call #{call.seq + 1})"
@@ -338,10 +382,13 @@ class Pending:
     """A runtime instance's last error as kvreg found it after a step returned."""
 
     step: str          # "register" or "teardown"
-    runtime: str       # "torch" or "cuda-bindings"
+    runtime: str       # "torch", "cuda-bindings" or "libcudart" (a ctypes handle)
     code: int
     name: str
     returned: bool = True   # False: the step raised (register() of a buffer, a teardown)
+    # a libcudart instance apart from torch's (docs/cuda-runtime.md §6.1): no kernel-launch
+    # check of torch's reads it; whether anything else does is [UNC] (§6.2)
+    private: bool = False
 
 
 # the end of the warning for an error torch's binding cannot drain: how reports recognise it
@@ -355,23 +402,53 @@ def undrainable(v: Violation) -> bool:
     return v.rule == "error-pending" and v.message.endswith(UNDRAINABLE)
 
 
-def check_error_pending(pending: Sequence[Pending], *, fallback: bool
+# how a verdict on a private libcudart instance names the [UNC] option it rests on
+PRIVATE_UNREAD = ('[UNC] docs/cuda-runtime.md §6.2: the device profile has '
+                  'private_cudart_error = "unread"; a scenario with profile_options = '
+                  '{ private_cudart_error = "read" } fails it')
+PRIVATE_READ = ('[UNC] docs/cuda-runtime.md §6.2: the device profile has '
+                'private_cudart_error = "read"')
+
+
+def check_error_pending(pending: Sequence[Pending], *, fallback: bool,
+                        private_read: bool = False
                         ) -> tuple[list[Violation], list[Violation]]:
     """(violations, warnings) for errors left pending in a runtime instance.
 
-    A pending error in cuda-bindings' instance fails: that binding has cudaGetLastError,
-    so the code could drain it. One in torch's instance is a warning, because torch's
-    binding offers no way to drain it (docs/cuda-runtime.md §6) — except after an optional
-    pinning fell back to pageable memory, where "nothing pending" is part of the pass.
+    A pending error in cuda-bindings' instance, or in torch's reached through a ctypes
+    handle, fails: the code could drain it with cudaGetLastError. One in torch's instance
+    through torch's binding is a warning, because that binding offers no way to drain it
+    (docs/cuda-runtime.md §6) — except after an optional pinning fell back to pageable
+    memory, where "nothing pending" is part of the pass. One in a private libcudart (a
+    ctypes handle the loader mapped apart from torch's, §6.1) is read by no kernel-launch
+    check of torch's: a warning, unless ``private_read`` (the [UNC] option of §6.2) says
+    another component of the process reads it.
     """
     violations: list[Violation] = []
     warnings: list[Violation] = []
-    seen: set[tuple[str, int]] = set()
+    seen: set[tuple[str, bool, int]] = set()
     for p in pending:
-        if not p.code or (p.runtime, p.code) in seen:
+        if not p.code or (p.runtime, p.private, p.code) in seen:
             continue
-        seen.add((p.runtime, p.code))
-        head = (f"after {p.step} {'returned' if p.returned else 'raised'}, {p.runtime}'s "
+        seen.add((p.runtime, p.private, p.code))
+        when = f"after {p.step} {'returned' if p.returned else 'raised'}"
+        if p.private:
+            text = (f"{when}, {p.runtime}'s runtime (a libcudart loaded apart from torch's) "
+                    f"still holds {p.name} ({p.code}) as its last error")
+            if private_read:
+                violations.append(Violation("error-pending", f"{text}: the next last-error "
+                                            "check through that library reports it against "
+                                            f"an unrelated call under {PRIVATE_READ}; drain "
+                                            "it with cudaGetLastError through the same "
+                                            "runtime", 1 << 43))
+            else:
+                warnings.append(Violation("error-pending", f"{text}; no kernel-launch check "
+                                          "of torch's reads that instance, only handles that "
+                                          f"open the same library ({PRIVATE_UNREAD}); drain "
+                                          "it with cudaGetLastError through the same handle",
+                                          1 << 43))
+            continue
+        head = (f"{when}, {p.runtime}'s "
                 f"runtime still holds {p.name} "
                 f"({p.code}) as its last error: the next kernel-launch check reports it "
                 "against an unrelated op")

@@ -75,8 +75,9 @@ T = TypeVar("T", bound=_Scenario)
 def expected_cost(sc: _Scenario) -> float:
     """A machine-independent estimate of what running ``sc`` costs (arbitrary units).
 
-    Registration calls and seams drive the fake's cost (design.md: costs grow with buffers,
-    calls and seams, never with the page count); real memory costs its bytes.
+    Registration calls and seams drive the fake's cost (ARCHITECTURE.md#performance-targets:
+    costs grow with buffers, calls and seams, never with the page count); real memory costs its
+    bytes.
     """
     try:
         specs = [b for b in sc.geometry().buffers()]

@@ -26,6 +26,7 @@ from kvreg.harness.pools import (
 )
 from kvreg.harness.run.endstate import PINNING
 from kvreg.harness.run.targets import TARGETS, get_target
+from kvreg.harness.scenario.ids import catalog_folder, file_id
 from kvreg.harness.scenario.size_limits import REAL_LIMIT, real_memory_problem, size_problem
 
 __all__ = ["EXERCISES", "EXPECTATIONS", "FORMAT_VERSION", "Scenario", "ScenarioError",
@@ -36,7 +37,6 @@ GiB = 1 << 30
 EXERCISES = ("register", "transfers", "teardown", "teardown-after-failure")
 EXPECTATIONS = ("success", "rejected", "register-error")
 MEMORY = ("virtual", "real")
-STYLES = ("sglang", "generic", "mooncake")
 _SCENARIO_KEYS = {"name", "guards", "pages", "total_gib", "chunk_gb", "chunk_bytes",
                   "profile", "faults", "exercise", "expect", "memory", "empty", "params",
                   "call_budget", "tags", "backends", "target", "mooncake", "pinning",
@@ -331,8 +331,10 @@ def _base_offset(ctx: _Ctx, pool: Mapping[str, Any], memory: str, target: Any) -
     return value
 
 
-def load_file(path: Path, root: Path | None = None) -> list[Scenario]:
-    """Load and validate one file; ScenarioError lists every problem found."""
+def load_file(path: Path, given: Path | None = None) -> list[Scenario]:
+    """Load and validate one file; ScenarioError lists every problem found. Ids follow
+    :mod:`.ids`; ``given`` is the folder the file was found under (only used where no
+    project lies around the file)."""
     path = Path(path)
     ctx = _Ctx(path)
     try:
@@ -373,7 +375,7 @@ def load_file(path: Path, root: Path | None = None) -> list[Scenario]:
         scenarios = []
     if ctx.errors:
         raise ScenarioError("\n".join(ctx.errors))
-    rel = _relative_id(path, root)
+    rel = file_id(path, given)
     out = []
     for i, raw in enumerate(scenarios):
         sc = _resolve(ctx, raw, pool, defaults, i, rel)
@@ -388,37 +390,32 @@ def load_file(path: Path, root: Path | None = None) -> list[Scenario]:
     return out
 
 
-def _relative_id(path: Path, root: Path | None) -> str:
-    stem = path.with_suffix("")
-    if root is not None:
-        try:
-            return stem.resolve().relative_to(root.resolve()).as_posix()
-        except ValueError:
-            pass
-    return f"{stem.parent.name}/{stem.name}"
-
-
 def bundled_root() -> Path:
     """The folder of the scenario files shipped with kvreg."""
-    from importlib import resources
-
-    return Path(str(resources.files("kvreg.scenarios")))
+    return catalog_folder()
 
 
 def discover(paths: Iterable[Path]) -> list[tuple[Path, Path]]:
-    """(file, root) for every .toml under the given files or folders, sorted."""
+    """(file, folder given) for every .toml under the given files or folders, sorted; a
+    file reached twice (``kvreg run kv kv/mla``, or through a symlink) is loaded once, as
+    pytest collects a file given twice once."""
     found: list[tuple[Path, Path]] = []
+    seen: set[Path] = set()
     for p in paths:
         p = Path(p)
         if p.is_dir():
             files = sorted(p.rglob("*.toml"))
             if not files:
                 raise ScenarioError(f"{p}: no scenario files (*.toml) under this folder")
-            found += [(f, p) for f in files]
+            pairs = [(f, p) for f in files]
         elif p.exists():
-            found.append((p, p.parent))
+            pairs = [(p, p.parent)]
         else:
             raise ScenarioError(f"{p}: no such file or folder")
+        for f, given in pairs:
+            if f.resolve() not in seen:
+                seen.add(f.resolve())
+                found.append((f, given))
     return found
 
 
@@ -427,9 +424,9 @@ def load_paths(paths: Iterable[Path] | None = None) -> list[Scenario]:
     targets = list(paths) if paths else [bundled_root()]
     problems: list[str] = []
     out: list[Scenario] = []
-    for file, root in discover(targets):
+    for file, given in discover(targets):
         try:
-            out += load_file(file, root)
+            out += load_file(file, given)
         except ScenarioError as exc:
             problems.append(str(exc))
     if problems:

@@ -18,7 +18,7 @@ def test_planted_bug_is_caught_with_page_and_seam() -> None:
     out = _pytest()
     assert out.returncode == 1, out.stdout[-2000:]
     text = out.stdout
-    assert "FAILED kv_scenarios/our_pool.toml::our_pool/production-size" in text
+    assert "FAILED kv_scenarios/our_pool.toml::kv_scenarios/our_pool/production-size" in text
     assert ("[transfer-failed] page 238 of kv_buffer [1070383104, 1074880512) spans "
             "registrations at offset 1073741824") in text
     # the project's own unit tests, its lifecycle machine and the rollback scenario pass
@@ -47,7 +47,8 @@ def test_the_committed_baseline_records_the_planted_bug() -> None:
     baseline = load_baseline(EXAMPLE / "kvreg-baseline.txt")
     # the byte-offset seam cuts a page (seams-aligned, judged from the trace) and a copy of
     # that page fails (transfer-failed)
-    assert baseline.rules("our_pool/production-size") == {"transfer-failed", "seams-aligned"}
+    assert baseline.rules("kv_scenarios/our_pool/production-size") == {"transfer-failed",
+                                                                    "seams-aligned"}
     out = subprocess.run([sys.executable, "-m", "kvreg.harness.cli", "run", "kv_scenarios",
                           "--impl", "mypool.py:register", "--baseline", "kvreg-baseline.txt"],
                          cwd=EXAMPLE, capture_output=True, text=True, timeout=600)

@@ -105,8 +105,7 @@ def _batch(mod: Any, **over: Any) -> Any:
 
 
 # (id, call on a module, expected exception type) — docs/cuda-runtime.md §9 [OBS-local] conversion
-# rules and
-# docs/cuda-runtime.md §5.3 "Python-side checks happen before the C call" [OBS-local]
+# rules and docs/cuda-runtime.md §5.3 "Python-side checks happen before the C call" [OBS-local]
 CUDA_CASES: list[tuple[str, Callable[[Any], Any], type[BaseException]]] = [
     ("register str ptr", lambda m: m.cudaHostRegister("0x10000", 4096, 0), TypeError),
     ("register negative ptr", lambda m: m.cudaHostRegister(-1, 4096, 0), TypeError),

@@ -3,8 +3,8 @@
 Feature probes decide what to call by reading ``dir(runtime)`` and ``hasattr`` (cuda-python's
 own test suite asks whether a name is in ``dir()`` before calling it), so the fake must list
 every name the real ``cuda.bindings.runtime`` lists, modelled or not (docs/cuda-runtime.md §9
-module paths; design.md "An API the fake does not implement raises ... never returns
-success silently").
+module paths; ARCHITECTURE.md#the-fakes-rules: an API the fake does not implement
+raises, it never returns success silently).
 """
 
 from __future__ import annotations

@@ -171,9 +171,8 @@ def test_failed_call_leaves_out_parameters_alone() -> None:
 
 def test_own_last_error_slot_per_runtime_instance() -> None:
     # docs/cuda-runtime.md §6: "cuda-python's cudaGetLastError cannot clear an error left in torch's
-    # runtime,
-    # and the reverse also holds"; a ctypes-loaded libcudart is one more instance when it is
-    # another file than torch's: here torch bundles libcudart-<hash>.so.13 (older wheels), so
+    # runtime, and the reverse also holds"; a ctypes-loaded libcudart is one more instance when it
+    # is another file than torch's: here torch bundles libcudart-<hash>.so.13 (older wheels), so
     # libcudart.so.13 is the system's (docs/cuda-runtime.md §6.1)
     fake = FakeCuda(PROFILES["h200-r580"].replace(torch_cudart="bundled"))
     arr = np.zeros(4096, np.uint8)

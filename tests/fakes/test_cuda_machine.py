@@ -1,4 +1,4 @@
-"""The "looks like a CUDA machine" switch (kvreg.fakes.cuda_machine): torch's CUDA queries
+"""The "looks like a CUDA machine" switch (kvreg.fakes.cuda.cuda_machine): torch's CUDA queries
 answer as the profile inside the fake's scope only, and only when asked for."""
 
 from __future__ import annotations

@@ -87,3 +87,63 @@ def test_a_teardown_typeerror_is_raised_even_under_an_injected_fault() -> None:
         r = record(trace, teardown_start=60, exercised=("register", "teardown", "teardown"),
                    teardown_errors=[(0, 0, err)])
         assert [v.rule for v in check_run(r)] == expected, err
+
+
+def test_chunks_teardown_never_tried_after_unloading_warn() -> None:
+    # teardown released the last chunk, got 4 on the one before, raised, and never tried
+    # the first: no leak, one warning per chunk, each naming the call that said unloading
+    trace = [reg(1, BASE, 64), reg(2, BASE + 64, 64), reg(3, BASE + 128, 128),
+             unreg(60, BASE + 128), unreg(61, BASE + 64, 4, injected=True)]
+    r = record(trace, teardown_start=60, exercised=("register", "teardown"),
+               live_end=[(BASE, 64), (BASE + 64, 64)],
+               teardown_errors=[(0, 0, TypeError("cudaGetErrorString(): incompatible"))])
+    assert [v.rule for v in check_run(r)] == ["teardown-raised"]
+    ws = check_warnings(r)
+    assert [(w.rule, w.seq) for w in ws] == [("unregister-unloading", 61)] * 2
+    assert ws[0].message == (
+        "chunk [kv_buffer+0x0, +64) is still registered: teardown left it after "
+        "cudaHostUnregister (call #62) returned 4 cudaErrorCudartUnloading; harmless, the "
+        "runtime is unloading and releases pinned memory as it goes")
+    assert "its last cudaHostUnregister (call #62)" in ws[1].message
+
+
+def test_without_an_unloading_error_chunks_never_tried_leak() -> None:
+    trace = [reg(1, BASE, 64), reg(2, BASE + 64, 64), reg(3, BASE + 128, 128),
+             unreg(60, BASE + 128), unreg(61, BASE + 64, 1, injected=True)]
+    r = record(trace, teardown_start=60, exercised=("register", "teardown"),
+               live_end=[(BASE, 64), (BASE + 64, 64)])
+    assert [v.rule for v in check_run(r)] == ["leak", "leak"]
+    assert check_warnings(r) == []
+
+
+def test_unloading_in_teardown_excuses_nothing_register_left_behind() -> None:
+    # register raised without rolling back its first chunk; teardown later met unloading:
+    # the chunk was pinned all along, not-rolled-back as before
+    trace = [reg(1, BASE, 128), reg(2, BASE + 128, 128, code=2),
+             unreg(60, BASE, 4, injected=True)]
+    r = record(trace, expect="register-error", error=RuntimeError("out of memory (2)"),
+               seq_end=3, teardown_start=60, exercised=("register", "teardown"),
+               live_end=[(BASE, 128)])
+    assert "not-rolled-back" not in [v.rule for v in check_run(r)]   # its own 4: excused
+    r.trace = [reg(1, BASE, 64), reg(2, BASE + 64, 64), reg(3, BASE + 128, 128, code=2),
+               unreg(60, BASE, 4, injected=True)]
+    r.plain, r.live_end = False, [(BASE, 64), (BASE + 64, 64)]
+    assert [v.rule for v in check_run(r)].count("not-rolled-back") == 1     # never tried
+    assert [w.rule for w in check_warnings(r)] == ["unregister-unloading"]
+
+
+def test_one_reader_of_recorded_pointers() -> None:
+    """plain_trace reads every non-int pointer as cuda-python's conversion does
+    (``pointer_arg``, docs/cuda-runtime.md §9), a buffer included; a plain int stays as it
+    was recorded, even one no binding would accept (an injected fault records the call
+    before any conversion), so kvreg never crashes on it."""
+    from kvreg.fakes.cuda.cuda_python_face import pointer_arg
+
+    data = bytearray(16)
+    values: list[Any] = [None, ctypes.c_void_p(BASE), ctypes.c_void_p(), DevicePtr(BASE + 64),
+                         data, 2.0 * BASE]
+    trace = [_unreg_as(i, v, 1) for i, v in enumerate(values)]
+    assert [e.args[0] for e in plain_trace(trace)] == [pointer_arg(v) for v in values]
+    odd = [TraceEntry(9, "cuda", "cudaHostUnregister", (-1,), 1, 1, True, 0),
+           TraceEntry(10, "cuda", "cudaHostUnregister", (1 << 64,), 1, 1, True, 0)]
+    assert [e.args[0] for e in plain_trace(odd)] == [-1, 1 << 64]

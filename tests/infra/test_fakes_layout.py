@@ -1,8 +1,8 @@
-"""The CUDA fake's room (fakes/cuda/) and the earlier import paths of its modules.
+"""The CUDA fake's room (fakes/cuda/) holds its modules under one path each.
 
-Code written against ``kvreg.fakes.profile`` or ``from kvreg.fakes import errors`` keeps
-working, and gets the very module object ``kvreg.fakes.cuda.*`` is, so a monkeypatch on one
-name is seen through the other.
+kvreg is 0.1.0 and unpublished, so the paths these modules had before ``fakes/cuda/`` held them
+(``kvreg.fakes.profile``, ...) are gone rather than aliased (issue 26 §3): an alias is a
+second name mypy cannot follow and a patch on one name that the other may not see.
 """
 
 from __future__ import annotations
@@ -10,30 +10,51 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import kvreg.fakes as fakes
 
-MOVED = sorted(fakes._MOVED)
+ROOT = Path(__file__).resolve().parents[2]
+CUDA_MODULES = sorted(p.stem for p in (ROOT / "fakes" / "cuda").glob("*.py")
+                      if p.stem != "__init__")
 
 
-@pytest.mark.parametrize("name", MOVED)
-def test_old_path_is_the_same_module(name: str) -> None:
-    old = importlib.import_module(f"kvreg.fakes.{name}")
-    new = importlib.import_module(f"kvreg.fakes.cuda.{name}")
-    assert old is new
-    assert getattr(fakes, name) is new
+def test_the_cuda_room_holds_the_engine() -> None:
+    """The modules ARCHITECTURE.md names for fakes/cuda/ are there (a guard on the list below)."""
+    assert {"cuda_runtime", "cuda_driver", "profile", "errors", "fake_cuda",
+            "torch_face"} <= set(CUDA_MODULES)
 
 
-def test_old_path_first_in_a_fresh_process() -> None:
-    """Imported under the old name before anything else, the module is still executed once,
-    under its new name."""
-    code = ("import sys, kvreg.fakes.profile as p; import kvreg.fakes.cuda.profile as q; "
-            "assert p is q and p.__name__ == 'kvreg.fakes.cuda.profile'; "
-            "assert sys.modules['kvreg.fakes.profile'] is q; print('ok')")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "ok"
+def test_old_top_level_paths_do_not_import() -> None:
+    """In a fresh process, so a module this session imported cannot answer for it."""
+    old = [n for n in CUDA_MODULES
+           if not (ROOT / "fakes" / f"{n}.py").exists() and not (ROOT / "fakes" / n).is_dir()]
+    assert len(old) >= 16       # the modules that had a top-level path before fakes/cuda/
+    code = ("import importlib, sys\nfor name in sys.argv[1:]:\n    try:\n"
+            "        importlib.import_module('kvreg.fakes.' + name)\n"
+            "    except ModuleNotFoundError:\n        continue\n    print(name)\n")
+    out = subprocess.run([sys.executable, "-c", code, *old], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.split() == []
+
+
+def test_no_import_hook_of_kvreg() -> None:
+    importlib.import_module("kvreg.fakes.cuda.profile")
+    hooks = [type(f).__module__ for f in sys.meta_path]
+    assert not [m for m in hooks if m.startswith("kvreg")], hooks
+
+
+def test_lazy_names_still_resolve() -> None:
+    """``from kvreg.fakes import FakeCuda`` (README) stays: a name, not a module alias."""
+    from kvreg.fakes.cuda.fake_cuda import FakeCuda
+    from kvreg.fakes.cuda.profile import PROFILES
+
+    assert fakes.FakeCuda is FakeCuda
+    assert fakes.PROFILES is PROFILES
+    with pytest.raises(AttributeError, match="profile"):
+        _ = fakes.profile  # type: ignore[attr-defined]
 
 
 def test_unknown_names_still_fail() -> None:

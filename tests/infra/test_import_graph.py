@@ -1,4 +1,5 @@
-"""The module-import graph of kvreg has no cycles, and no module imports another's private name.
+"""The module-import graph of kvreg has no cycles, imports only along the layers' direction,
+and no module imports another's private name.
 
 The graph is built from the package's source with ``ast`` (nothing is imported): one node per
 module of the folders pyproject maps to ``kvreg.*``, one edge per ``import`` / ``from ...
@@ -7,6 +8,12 @@ too: a lazy import only hides a cycle until the function runs (the cycles this g
 against were all of that kind). Only imports under ``if TYPE_CHECKING:`` are left out, since
 they never run. Lazy imports of heavy *third-party* modules (torch, cuda-bindings, pyverbs)
 stay allowed; they are not kvreg modules and make no edges here.
+
+The layers (ARCHITECTURE.md#one-scenario-one-way): ``fakes/`` imports nothing of kvreg but
+itself (a fake knows no harness); the generic layers of ``harness/`` (``run``, ``scenario``,
+``cli``, ``plan``, ``pools``) import no target's room (``harness/cuda``, ``harness/mooncake``):
+they reach a target through the registry (``run/targets.py``, by module name) only, so a new
+target touches its own room and the registry.
 """
 
 from __future__ import annotations
@@ -29,6 +36,24 @@ KNOWN_CYCLES_IN_PROGRESS: list[frozenset[str]] = []
 # is no cycle here.)
 # (module, imported private name) pairs being removed on their own branches; none today
 KNOWN_PRIVATE_IMPORTS_IN_PROGRESS: set[tuple[str, str]] = set()
+
+GENERIC_LAYERS = ("kvreg.harness.run", "kvreg.harness.scenario", "kvreg.harness.cli",
+                  "kvreg.harness.plan", "kvreg.harness.pools")
+TARGET_ROOMS = ("kvreg.harness.cuda", "kvreg.harness.mooncake")
+# the registry names every target; it imports them by module name (importlib), never by an
+# import statement, but it is the one generic module that may
+TARGET_REGISTRY = {"kvreg.harness.run.targets"}
+# Imports of a target's room from a generic layer that issue 26 §1 ("Targets own their
+# knowledge") removes: the implementation styles call both targets' references, and `kvreg
+# plan` shows Mooncake's MR limit. The list only shrinks: a new entry fails the check, and an
+# entry whose import is gone fails until it is removed.
+GENERIC_TO_TARGET_ISSUE_26: set[tuple[str, str]] = {
+    ("kvreg.harness.cli.plan", "kvreg.harness.mooncake.reference"),
+    ("kvreg.harness.run.adapters", "kvreg.harness.cuda"),
+    ("kvreg.harness.run.adapters", "kvreg.harness.cuda.reference"),
+    ("kvreg.harness.run.adapters", "kvreg.harness.mooncake"),
+    ("kvreg.harness.run.adapters", "kvreg.harness.mooncake.reference"),
+}
 
 
 def modules() -> dict[str, tuple[Path, bool]]:
@@ -189,6 +214,32 @@ def test_no_private_names_imported_across_modules() -> None:
     assert not stale, f"gone, remove from KNOWN_PRIVATE_IMPORTS_IN_PROGRESS: {sorted(stale)}"
 
 
+def _in(name: str, roots: tuple[str, ...]) -> bool:
+    return any(name == r or name.startswith(f"{r}.") for r in roots)
+
+
+def layer_violations(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """(importer, imported) for every import against the layers' direction."""
+    found = set()
+    for name, edges in graph.items():
+        for target in edges:
+            fake_out = _in(name, ("kvreg.fakes",)) and not _in(target, ("kvreg.fakes",))
+            generic_in = (_in(name, GENERIC_LAYERS) and name not in TARGET_REGISTRY
+                          and _in(target, TARGET_ROOMS))
+            if fake_out or generic_in:
+                found.add((name, target))
+    return found
+
+
+def test_imports_follow_the_layers() -> None:
+    found = layer_violations(import_graph())
+    new = found - GENERIC_TO_TARGET_ISSUE_26
+    assert not new, "imports against the layers' direction:\n" + "\n".join(
+        f"{a} -> {b}" for a, b in sorted(new))
+    stale = GENERIC_TO_TARGET_ISSUE_26 - found
+    assert not stale, f"gone, remove from GENERIC_TO_TARGET_ISSUE_26: {sorted(stale)}"
+
+
 # -- the checker itself, on made-up graphs and sources ---------------------------------------
 
 @pytest.mark.parametrize(("graph", "expected"), [
@@ -222,8 +273,24 @@ def test_relative_imports_resolve() -> None:
     assert _from_target("kvreg.harness.cli", True, node) == "kvreg.harness.run"
 
 
+@pytest.mark.parametrize(("edge", "against"), [
+    (("kvreg.fakes.cuda.fake_cuda", "kvreg.harness.pools"), True),
+    (("kvreg.fakes.faults", "kvreg.realhw.backend"), True),
+    (("kvreg.fakes.cuda.fake_cuda", "kvreg.fakes.faults"), False),
+    (("kvreg.harness.scenario.format", "kvreg.harness.mooncake.target"), True),
+    (("kvreg.harness.pools.registry", "kvreg.harness.cuda"), True),
+    (("kvreg.harness.run.targets", "kvreg.harness.cuda.target"), False),
+    (("kvreg.harness.cuda.checks", "kvreg.harness.run.endstate"), False),
+    (("kvreg.harness.runner", "kvreg.harness.cuda"), False),     # not the run/ layer
+    (("kvreg.harness.state_machine", "kvreg.harness.mooncake"), False),
+    (("kvreg.realhw.backend", "kvreg.fakes.recorder"), False),
+])
+def test_layer_check_on_made_up_edges(edge: tuple[str, str], against: bool) -> None:
+    assert (layer_violations({edge[0]: {edge[1]}}) == {edge}) is against
+
+
 def test_harness_keeps_few_top_level_modules() -> None:
-    """harness/ holds rooms; its top level only the package and the public re-exports."""
+    """harness/ holds rooms; its top level only the package and the two public modules of
+    property tests (real modules, not re-exports)."""
     top = sorted(p.stem for p in (ROOT / "harness").glob("*.py"))
-    assert top == ["__init__", "pytest_plugin", "reference", "runner", "state_machine",
-                   "strategies"]
+    assert top == ["__init__", "state_machine", "strategies"]

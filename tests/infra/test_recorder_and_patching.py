@@ -1,4 +1,5 @@
-"""The recorder in front of the faces, and the patch helpers (design.md "One scenario")."""
+"""The recorder in front of the faces, and the patch helpers
+(ARCHITECTURE.md#one-scenario-one-way)."""
 
 from __future__ import annotations
 

@@ -41,8 +41,8 @@ def test_an_ended_run_fails_its_item_with_the_reason(pytester: pytest.Pytester,
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(failed=2)
     out = result.stdout.str()
-    result.stdout.fnmatch_lines([f"*scenario pool/three-chunks did not complete: {what}*"
-                                 f"{AFTER_TWO}*"])
+    result.stdout.fnmatch_lines([f"*scenario kv_scenarios/pool/three-chunks did not complete: "
+                                 f"{what}*{AFTER_TWO}*"])
     # one line per failure, not pytest's internals: no traceback, no thread dump
     assert "Traceback" not in out and "Fatal Python error" not in out
     assert "_pytest" not in out and "Current thread" not in result.stderr.str()

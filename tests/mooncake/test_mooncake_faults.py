@@ -1,4 +1,5 @@
-"""Fault injection on every store point (design.md "Fault plans"; docs/mooncake-verbs.md §1.4)."""
+"""Fault injection on every store point (ARCHITECTURE.md#fault-plans; docs/mooncake-verbs.md
+§1.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``FakeMooncake.patch()`` and the ``fake_mooncake`` fixture (design.md "Public contract")."""
+"""``FakeMooncake.patch()`` and the ``fake_mooncake`` fixture (ARCHITECTURE.md#public-contract)."""
 
 from __future__ import annotations
 

@@ -72,7 +72,7 @@ def test_warnings_of_a_passing_scenario_reach_the_summary(pytester: pytest.Pytes
     result = pytester.runpytest("-p", "no:cacheprovider", "-k", "fail-first")
     result.assert_outcomes(passed=1, deselected=1)
     result.stdout.fnmatch_lines([
-        "*KvregScenarioWarning: mla/fail-first-chunk: [[]recovered] cudaHostRegister("
+        "*KvregScenarioWarning: kv_scenarios/mla/fail-first-chunk: [[]recovered] cudaHostRegister("
         "kv_buffer+0x0, 1070383104) (call #1) returned 2 cudaErrorMemoryAllocation*"])
 
 
@@ -89,7 +89,7 @@ def test_summary_leads_with_the_causes_and_the_pinning_hint(pytester: pytest.Pyt
         "*= kvreg causes =*",
         "causes (1, most frequent first):",
         f"      2 scenario(s)  [[]registered]  *do_nothing.py:{line}: def register(*",
-        "        e.g. mla/above-limit: register() of kv_buffer returned normally*",
+        "        e.g. kv_scenarios/mla/above-limit: register() of kv_buffer returned normally*",
         "hint: 2 scenario(s) fail only because register() returned normally and pinned "
         "nothing.*--pinning optional*"])
     assert result.stdout.str().count("hint: ") == 1

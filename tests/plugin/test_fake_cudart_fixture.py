@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -142,8 +145,23 @@ def test_many(fake_cudart, i):
     result.assert_outcomes(passed=8)
 
 
+ENTRY_MODULE = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml")
+                            .read_text())["project"]["entry-points"]["pytest11"]["kvreg"]
+
+
+def test_the_entry_point_is_the_plugin_itself() -> None:
+    """The pytest11 entry module defines the hooks (no re-export module between) and serves
+    every fixture it lists."""
+    plugin = importlib.import_module(ENTRY_MODULE)
+    assert ENTRY_MODULE == "kvreg.harness.plugin"
+    for name in ("pytest_addoption", "pytest_configure", "pytest_runtest_call"):
+        assert getattr(plugin, name).__module__ == ENTRY_MODULE
+    for name in plugin.__all__:
+        assert hasattr(plugin, name), name
+
+
 def test_plugin_module_imports_nothing_heavy() -> None:
-    code = ("import sys, kvreg.harness.pytest_plugin; "
+    code = (f"import sys, {ENTRY_MODULE}; "
             "heavy = [m for m in ('torch', 'cuda', 'cuda.bindings', 'pyverbs', 'numpy') "
             "if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

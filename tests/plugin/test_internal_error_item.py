@@ -44,8 +44,8 @@ def test_an_internal_error_fails_the_item_as_kvregs(pytester: pytest.Pytester,
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*scenario mla/above-limit: kvreg internal error during the checks of the run: "
-        "ZeroDivisionError: kvreg divided by zero (this is a bug in kvreg, not in the code "
+        "*scenario kv_scenarios/mla/above-limit: kvreg internal error during the checks of the "
+        "run: ZeroDivisionError: kvreg divided by zero (this is a bug in kvreg, not in the code "
         "under test: please report it*",
         "Traceback (most recent call last):",
     ])

@@ -67,8 +67,8 @@ def _project(pytester: pytest.Pytester, impl: bool = False) -> None:
 def test_custom_scenarios_collect_with_readable_ids(pytester: pytest.Pytester) -> None:
     _project(pytester)
     result = pytester.runpytest("-p", "no:cacheprovider", "--collect-only", "-q")
-    result.stdout.fnmatch_lines(["kv_scenarios/mla.toml::mla/above-limit",
-                                 "kv_scenarios/mla.toml::mla/fail-middle-chunk"])
+    result.stdout.fnmatch_lines(["kv_scenarios/mla.toml::kv_scenarios/mla/above-limit",
+                                 "kv_scenarios/mla.toml::kv_scenarios/mla/fail-middle-chunk"])
 
 
 def test_reference_passes_and_k_selects(pytester: pytest.Pytester) -> None:
@@ -84,7 +84,7 @@ def test_user_implementation_failure_message(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines([
-        "*scenario mla/above-limit failed (2 violation(s))*",
+        "*scenario kv_scenarios/mla/above-limit failed (2 violation(s))*",
         "*[[]transfer-failed] page 238 of kv_buffer*spans registrations at offset 1073741824*",
         "*[[]seams-aligned] a seam between two registrations of kv_buffer lies at offset "
         "1073741824*cuts copy page 238*"])

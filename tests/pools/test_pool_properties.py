@@ -17,7 +17,7 @@ from kvreg.harness.pools import (
 )
 from kvreg.harness.strategies import GEOMETRIES
 
-single = st.one_of(*GEOMETRIES.values())  # the exported strategies (harness/pytest/strategies.py)
+single = st.one_of(*GEOMETRIES.values())  # the exported strategies (harness/strategies.py)
 anchor_and_sides = st.builds(
     lambda members: HostPoolGroup(members),
     st.lists(single, min_size=1, max_size=3),

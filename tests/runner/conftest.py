@@ -4,7 +4,7 @@
 ``kvreg.harness.cuda.checks``), correct variants that must not be flagged, and a faithful copy of
 upstream SGLang's algorithm. The helpers here load them, run the ``kvreg`` CLI in a process
 of its own (tests/cli_process.py), and check a JSON report against the public contract
-(design.md).
+(ARCHITECTURE.md#public-contract).
 """
 
 from __future__ import annotations

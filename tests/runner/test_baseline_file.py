@@ -18,8 +18,7 @@ from kvreg.harness.run.baseline import (
     render_baseline,
     write_baseline,
 )
-from kvreg.harness.run.result import Violation
-from kvreg.harness.runner import ScenarioResult
+from kvreg.harness.run.result import ScenarioResult, Violation
 
 
 def _result(sid: str, verdict: str, *rules: str) -> ScenarioResult:

@@ -156,10 +156,10 @@ def test_the_correct_variants_really_differ_from_upstream() -> None:
                                     "regressions/cuda_layer_first_one_call"])
 def test_reference_in_generic_style_passes_where_upstream_passes_no_granularity(
         family: str, catalog) -> None:
-    """kvreg's reference through the generic style (``kvreg.harness.reference:register``)
+    """kvreg's reference through the generic style (``kvreg.harness.cuda.reference:register``)
     chunks these layouts on page seams, where one call would break the per-call ceiling
     and byte seams would cut pages."""
-    impl = make_implementation("kvreg.harness.reference:register", None, "generic")
+    impl = make_implementation("kvreg.harness.cuda.reference:register", None, "generic")
     chosen = [s for s in catalog if s.id.startswith(family + "/")]
     assert chosen
     results = [run_scenario(s, impl) for s in chosen]

@@ -99,7 +99,8 @@ def _main_json(capsys, report, *argv: str) -> tuple[int, dict]:
 
 def test_generic_style(capsys, report, spec_of) -> None:
     rc, ok = _main_json(capsys, report, "--style", "generic", "--impl",
-                        "kvreg.harness.reference:register", "-k", "_direct/last-partial-chunk")
+                        "kvreg.harness.cuda.reference:register", "-k",
+                        "_direct/last-partial-chunk")
     assert rc == 0 and len(ok) >= 8
     assert all(s["verdict"] == "pass" for s in ok.values())
     rc, bad = _main_json(capsys, report, "--style", "generic", "--impl", spec_of("past_end"),

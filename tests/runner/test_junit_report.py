@@ -6,8 +6,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from kvreg.harness.cli.junit_xml import render_junit, write_junit
-from kvreg.harness.run.result import Violation
-from kvreg.harness.runner import ScenarioResult
+from kvreg.harness.run.result import ScenarioResult, Violation
 
 
 def _results() -> list[ScenarioResult]:

@@ -1,8 +1,8 @@
-"""kvreg never blames the code under test for kvreg (design.md, "kvreg's own failures are
-never the user's"): a NULL pointer the real API accepts is judged, not crashed on; an
-exception inside kvreg is the ``internal-error`` verdict with its traceback and exit status
-3; an API the fake does not model is an ``error`` naming it; kvreg's own calls never spend
-the implementation's call budget."""
+"""kvreg never blames the code under test for kvreg (ARCHITECTURE.md#public-contract:
+kvreg's own failures are never the user's): a NULL pointer the real API accepts is judged,
+not crashed on; an exception inside kvreg is the ``internal-error`` verdict with its
+traceback and exit status 3; an API the fake does not model is an ``error`` naming it;
+kvreg's own calls never spend the implementation's call budget."""
 
 from __future__ import annotations
 

@@ -72,9 +72,9 @@ def test_each_query_is_failed_on_every_pool() -> None:
 
 
 @pytest.mark.parametrize(("name", "style"), [
-    ("kvreg.harness.reference", "generic"),      # never queries: the fault never fires
-    ("verified_chunks", "ctypes"),               # runtime queries, releases the failed chunk
-    ("verified_chunks_driver", "driver"),        # cuMemHostGetFlags, releases it too
+    ("kvreg.harness.cuda.reference", "generic"),  # never queries: the fault never fires
+    ("verified_chunks", "ctypes"),                # runtime queries, releases the failed chunk
+    ("verified_chunks_driver", "driver"),         # cuMemHostGetFlags, releases it too
 ])
 def test_correct_code_passes_every_query_fault(name: str, style: str) -> None:
     impl = (make_implementation(f"{name}:register", None, style) if name.startswith("kvreg")

@@ -19,7 +19,7 @@ from kvreg.harness.plan.chunking import ALGORITHMS, plan_pool
 from kvreg.harness.plan.svg import render_svg
 from kvreg.harness.pools import MHAGeometry, make_geometry
 from kvreg.harness.run.adapters import Implementation
-from kvreg.harness.runner import run_scenario
+from kvreg.harness.run.core import run_scenario
 from kvreg.harness.scenario import ScenarioError, load_file
 from kvreg.harness.scenario.size_limits import ADDRESS_LIMIT, size_problem
 

@@ -139,7 +139,7 @@ def test_every_pool_type_has_unaligned_scenarios() -> None:
 def test_reference_and_broken_twin_at_unaligned_bases(name: str) -> None:
     """kvreg's reference passes each unaligned scenario; code that rounds the base down to
     2 MiB fails each one at its first call, named as bytes before the buffer."""
-    reference = make_implementation("kvreg.harness.reference:register", None, "generic")
+    reference = make_implementation("kvreg.harness.cuda.reference:register", None, "generic")
     broken = make_implementation(
         f"{Path(__file__).parent / 'impls' / 'aligned_chunk_bases.py'}:register", None,
         "generic")

@@ -51,3 +51,24 @@ def test_keeping_and_retrying_while_the_runtime_unloads_passes_too(
     assert result.verdict == "pass", result.as_dict()
     assert {w.rule for w in result.warnings} >= {"unregister-unloading"}
     assert sum(w.count for w in result.warnings if w.rule == "unregister-unloading") == 3
+
+
+def test_chunks_never_tried_after_the_runtime_said_unloading_are_no_leak(
+        by_id: dict[str, Scenario]) -> None:
+    """A teardown whose error path raises TypeError at the first unloading error (SGLang
+    0.5.23's ``_cuda_host_unregister``) never tries the chunks after it: the process is
+    exiting and they go with the runtime. Only teardown-raised, the code's own bug."""
+    impl = make_implementation(impl_spec("teardown_typeerror_stops"),
+                               impl_spec("teardown_typeerror_stops", "teardown"), "sglang")
+    result = run_scenario(by_id[UNLOADING], impl)
+    assert [v.rule for v in result.violations] == ["teardown-raised"], result.violations
+    assert "raised TypeError" in result.first_violation
+    left = sorted(w.message for w in result.warnings if w.rule == "unregister-unloading")
+    assert len(left) == 3, result.warnings       # 4 chunks, the last released before
+    never = [m for m in left if "teardown left it after cudaHostUnregister (call #6) returned "
+             "4 cudaErrorCudartUnloading; harmless" in m]
+    assert len(never) == 2, left
+    # the broken twin's ground: the same teardown where the failure leaves chunks pinned
+    kept = run_scenario(by_id[KEEP_AND_RETRY], impl)
+    assert {"leak", "teardown-raised"} <= {v.rule for v in kept.violations}
+    assert not any(w.rule == "unregister-unloading" for w in kept.warnings)

@@ -1,4 +1,4 @@
-"""Fault injection on every verbs point (design.md "Fault plans"; docs/mooncake-verbs.md §4.5,
+"""Fault injection on every verbs point (ARCHITECTURE.md#fault-plans; docs/mooncake-verbs.md §4.5,
 §5.2)."""
 
 from __future__ import annotations

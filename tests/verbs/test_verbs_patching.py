@@ -1,4 +1,5 @@
-"""``fabric.patch()`` and the ``fake_verbs`` fixture (design.md "Public contract"; §4.1)."""
+"""``fabric.patch()`` and the ``fake_verbs`` fixture (ARCHITECTURE.md#public-contract;
+docs/mooncake-verbs.md §4.1)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,10 @@
 
 Registered by the ``kvreg`` plugin only when scenarios are configured (``kvreg_scenarios``
 in the ini file or ``--kvreg-scenarios``), so a project that only uses the fixtures pays
-nothing for it. Items get readable ids (``mla/page_first_direct/fail-middle-chunk``), work
-with ``-k``, ``-m`` and pytest-xdist. Every ``*.toml`` under the configured paths is a
+nothing for it. Items are named by the scenario's id, the one ``kvreg run`` reports and
+baselines record (:mod:`kvreg.harness.scenario.ids`: ``kv_scenarios/mla/pool/fail-middle-chunk``
+from the project's rootdir, ``mla/page_first_direct/fail-middle-chunk`` in kvreg's catalog),
+and work with ``-k``, ``-m`` and pytest-xdist. Every ``*.toml`` under the configured paths is a
 scenario file, as for ``kvreg run``: one that does not validate is a collection error with
 ``kvreg run``'s message (file and field). Each scenario runs in a supervised worker process
 (kvreg.harness.run.supervisor) under ``kvreg_timeout`` and ``kvreg_memory_limit``; a run that did
@@ -20,7 +22,13 @@ from typing import Any
 import pytest
 
 from kvreg.harness.run.adapters import Implementation, ImplementationError, make_implementation
-from kvreg.harness.run.baseline import Baseline, BaselineError, failure_rules, load_baseline
+from kvreg.harness.run.baseline import (
+    Baseline,
+    BaselineError,
+    failure_rules,
+    load_baseline,
+    renamed_note,
+)
 from kvreg.harness.run.causes import causes, hints, render_causes
 from kvreg.harness.run.limits import (
     DEFAULT_MEMORY,
@@ -119,6 +127,7 @@ class ScenarioPlugin:
         self.limits = scenario_limits(config)
         self._supervisor: Supervisor | None = None
         self.results: list[ScenarioResult] = []     # for the causes of the summary
+        self.renamed: list[tuple[str, str]] = []    # (old id in the baseline, id)
 
     def implementation(self) -> Implementation:
         if self._impl is None:
@@ -163,6 +172,9 @@ class ScenarioPlugin:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """The root causes of the failing scenarios and the hints, as ``kvreg run`` prints
         them first (with pytest-xdist each worker holds its own results: none here)."""
+        if self.renamed:
+            terminalreporter.section("kvreg baseline")
+            terminalreporter.write_line(renamed_note(self.renamed))
         impl = self._impl
         block = render_causes(causes(self.results))
         advice = hints(self.results, pinning=impl.pinning if impl else None,
@@ -244,8 +256,11 @@ class ScenarioItem(pytest.Item):
         self.backend = plugin.backend if plugin is not None else "fake"
         if self.backend == "cuda":
             self.add_marker("kvreg_gpu")
-        known = plugin.baseline.rules(scenario.id) if plugin is not None and \
-            plugin.baseline is not None else frozenset()
+        baseline = plugin.baseline if plugin is not None else None
+        known = baseline.rules(scenario.id) if baseline is not None else frozenset()
+        key = baseline.key(scenario.id) if baseline is not None else None
+        if plugin is not None and key is not None and key != scenario.id:
+            plugin.renamed.append((key, scenario.id))
         if known:
             self.add_marker(pytest.mark.xfail(
                 strict=True, raises=KnownScenarioFailure,

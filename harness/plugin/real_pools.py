@@ -4,7 +4,8 @@
 (:mod:`kvreg.harness.realpool.host_memory`); ``kvreg_pool_check`` judges what the pool
 registered with kvreg's rules (:mod:`kvreg.harness.realpool.assertions`). Both reach this
 test's ``fake_cudart``.
-Imports nothing heavy at load, like the rest of the plugin.
+Imports nothing heavy at load, like the rest of the plugin (:mod:`kvreg.harness.plugin`,
+which serves these fixtures).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from kvreg.fakes.fake_cuda import FakeCuda
+    from kvreg.fakes.cuda.fake_cuda import FakeCuda
     from kvreg.harness.realpool.assertions import PoolCheck
     from kvreg.harness.realpool.host_memory import HostMemory
 

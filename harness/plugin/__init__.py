@@ -1,7 +1,10 @@
-"""kvreg's pytest plugin (entry point ``kvreg``): fixtures, markers and the leak check.
+"""kvreg's pytest plugin: the ``pytest11`` entry point ``kvreg`` is this module (``-p
+kvreg.harness.plugin`` where plugin autoloading is off). Its fixtures, markers and leak check
+are here; scenario files as test items in :mod:`.scenarios`, the fixtures for a user's own
+pool class in :mod:`.real_pools`.
 
-Loading this module imports nothing heavy (no torch, cuda-bindings or pyverbs): the fakes
-are imported when a fixture is first used, as Hypothesis keeps its plugin separate.
+Loading it imports nothing heavy (no torch, numpy, cuda-bindings or pyverbs): the fakes are
+imported when a fixture is first used, as Hypothesis keeps its plugin separate.
 """
 
 from __future__ import annotations
@@ -12,14 +15,20 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from kvreg.harness.run.style_names import USER_STYLES
+
+from .real_pools import MARKERS as POOL_MARKERS
+from .real_pools import kvreg_host_memory, kvreg_pool_check
+
 if TYPE_CHECKING:
     from kvreg.fakes.cuda.fake_cuda import FakeCuda
     from kvreg.fakes.mooncake import FakeMooncake
     from kvreg.fakes.verbs import Fabric
 
 __all__ = ["MARKERS", "PoolFactory", "PoolHandle", "fake_cudart", "fake_mooncake", "fake_verbs",
-           "kvreg_faults", "kvreg_pool", "pytest_addoption", "pytest_configure",
-           "pytest_report_header", "pytest_runtest_call", "pytest_runtest_setup"]
+           "kvreg_faults", "kvreg_host_memory", "kvreg_mooncake_store", "kvreg_pool",
+           "kvreg_pool_check", "pytest_addoption", "pytest_configure", "pytest_report_header",
+           "pytest_runtest_call", "pytest_runtest_setup"]
 
 MARKERS = {
     "kvreg_allow_leaks": "kvreg_allow_leaks: the test may end with host registrations still "
@@ -65,8 +74,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="implementation under test: file.py:function or package.module:function")
     group.addoption("--kvreg-teardown", default=None, metavar="SPEC",
                     help="its teardown (default: 'teardown' next to --kvreg-impl)")
-    group.addoption("--kvreg-style", default=None, choices=["sglang", "generic", "mooncake",
-                                                              "ctypes", "driver"],
+    group.addoption("--kvreg-style", default=None, choices=USER_STYLES,
                     help="implementation style (default sglang)")
     group.addoption("--kvreg-backend", default=None, choices=["fake", "cuda"],
                     help="backend scenarios run on (default fake)")
@@ -84,8 +92,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("kvreg_impl", "implementation under test (SPEC)", default="")
     parser.addini("kvreg_teardown", "teardown of the implementation under test (SPEC)",
                   default="")
-    parser.addini("kvreg_style", "implementation style: sglang, generic or mooncake",
-                  default="")
+    parser.addini("kvreg_style", f"implementation style: {', '.join(USER_STYLES)} (default "
+                  "sglang)", default="")
     parser.addini("kvreg_backend", "backend for scenarios: fake or cuda", default="fake")
     parser.addini("kvreg_pinning", "pinning for every scenario: required or optional "
                   "(default: each scenario's own)", default="")
@@ -103,14 +111,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from kvreg.harness.pytest.real_pools import MARKERS as POOL_MARKERS
-
     for line in (*MARKERS.values(), *POOL_MARKERS.values()):
         config.addinivalue_line("markers", line)
     config.addinivalue_line("markers", "kvreg_scenario: a test item made from a kvreg "
                                        "scenario file")
     if config.getoption("--kvreg-scenarios") or config.getini("kvreg_scenarios"):
-        from kvreg.harness.pytest.scenarios import ScenarioPlugin, scenario_paths
+        from .scenarios import ScenarioPlugin, scenario_paths
 
         plugin = ScenarioPlugin(config)
         config.pluginmanager.register(plugin, "kvreg-scenarios")
