@@ -259,8 +259,8 @@ class CudaTarget:
         return []
 
     def build(self, sc: Scenario, impl: Implementation, backend: Any) -> CudaWorld:
-        why_not = impl.check_limit(sc.chunk_limit) or (
-            impl.contract.skip_reason() if sc.expect == "rejected" else None)
+        why_not = impl.check_limit(sc.chunk_limit) or impl.contract.scenario_skip_reason(
+            sc.expect, sc.contract)
         if why_not:
             raise SkipScenario(why_not)
         geometry = sc.geometry()
