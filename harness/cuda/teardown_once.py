@@ -18,7 +18,7 @@ from kvreg.fakes.cuda.errors import CUDART_UNLOADING, error_name
 from kvreg.fakes.recorder import TraceEntry
 from kvreg.harness.run.result import Violation
 
-from .checks import UNREGISTER_APIS, RunRecord, _where
+from .checks import UNREGISTER_APIS, RunRecord
 
 __all__ = ["RULE", "not_retried", "not_retried_warnings"]
 
@@ -43,10 +43,19 @@ def not_retried(record: RunRecord) -> dict[int, TraceEntry]:
             and e.code != CUDART_UNLOADING}
 
 
+def _at(record: RunRecord, ptr: int) -> str:
+    """``buffer+0xoffset`` as the checks write a chunk base (a registered base lies inside
+    its buffer)."""
+    for b in record.buffers:
+        if b.base <= ptr < b.base + max(b.spec.nbytes, 1):
+            return f"{b.spec.name}+{ptr - b.base:#x}"
+    return f"{ptr:#x}"
+
+
 def not_retried_warnings(record: RunRecord, kept: dict[int, tuple[int, TraceEntry]]
                          ) -> list[Violation]:
     """One warning per chunk of ``kept`` (base -> (size, the failed call))."""
-    return [Violation(RULE, f"chunk [{_where(record, ptr)}, +{size}) stays registered: its "
+    return [Violation(RULE, f"chunk [{_at(record, ptr)}, +{size}) stays registered: its "
                       f"cudaHostUnregister in the only teardown (call #{e.seq + 1}) returned "
                       f"{e.code} {error_name(e.code or 0)}, and no later teardown retries it "
                       "(the implementation declares no repeatable teardown); it stays pinned "
