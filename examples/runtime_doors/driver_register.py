@@ -125,6 +125,11 @@ def teardown(ranges: list[tuple[int, int]]) -> None:
         raise CudaRegistrationError(f"cuMemHostUnregister failed for {shown}")
 
 
+
+# kvreg: a second teardown retries only what failed (README, "Implementation styles"); without
+# this attribute kvreg tears down once, as a caller that never calls teardown twice does
+teardown.repeatable = True  # type: ignore[attr-defined]
+
 # -- the generic style of kvreg's runner passes torch's cudart first; this code ignores it ---
 def generic_register(cudart: Any, ptr: int, nbytes: int, *, granularity: int | None,
                      chunk_limit: int) -> list[tuple[int, int]]:
@@ -133,3 +138,6 @@ def generic_register(cudart: Any, ptr: int, nbytes: int, *, granularity: int | N
 
 def generic_teardown(cudart: Any, ranges: list[tuple[int, int]]) -> None:
     teardown(ranges)
+
+
+generic_teardown.repeatable = True  # type: ignore[attr-defined]

@@ -30,6 +30,7 @@ from kvreg.harness.run.target import ProcessConfig, SkipScenario
 from .buffers import allocate, allocate_pinnable, release
 from .calling_thread import call_on_register_thread
 from .checks import BufferRun, RunRecord, check_run, check_warnings
+from .teardown_once import not_retried, not_retried_warnings
 from .transfers import copy_every_page
 
 if TYPE_CHECKING:
@@ -110,6 +111,10 @@ class CudaWorld:
                          else None)
         self.progress = Progress()
         self.budget: CallBudget | None = None     # counts the implementation's calls
+        # one teardown round only (no repeatable-teardown contract): the chunks a failed
+        # unregister left pinned there, base -> (size, the call): warnings (teardown_once.py)
+        self.once = False
+        self.kept: dict[int, tuple[int, Any]] = {}
 
     def _implementation(self) -> AbstractContextManager[Any]:
         """Where the implementation's code runs: its calls spend the call budget."""
@@ -190,6 +195,7 @@ class CudaWorld:
 
     def teardown(self, impl: Implementation, round_: int, step: str) -> None:
         """Also after a failed register (pool destroy)."""
+        self.once = not impl.contract.repeatable
         for b in reversed(self.record.buffers):
             # "teardown-after-failure" also tears down the buffer whose register raised, as
             # code that always calls teardown in a `finally` does; only the sglang style has
@@ -219,6 +225,11 @@ class CudaWorld:
                                 for p in pending_errors(self.fake, "teardown")]
         self.record.trace = list(self.fake.trace)
         self.record.live_end = [(r.base, r.size) for r in self.fake.live_registrations()]
+        if self.once:
+            failed = not_retried(self.record)
+            self.kept = {p: (s, failed[p]) for p, s in self.record.live_end if p in failed}
+            self.record.live_end = [(p, s) for p, s in self.record.live_end
+                                    if p not in self.kept]
         if self.real_hw:
             self.fake.release_all()   # leave the real driver clean, whatever the code did
 
@@ -226,7 +237,8 @@ class CudaWorld:
         return check_run(self.record)
 
     def warnings(self) -> list[Violation]:
-        return check_warnings(self.record)
+        return sorted(check_warnings(self.record) + not_retried_warnings(self.record, self.kept),
+                      key=lambda v: v.seq)
 
     def calls(self) -> int:
         return len(self.record.trace)
@@ -261,8 +273,8 @@ class CudaTarget:
         return []
 
     def build(self, sc: Scenario, impl: Implementation, backend: Any) -> CudaWorld:
-        why_not = impl.check_limit(sc.chunk_limit) or (
-            impl.contract.skip_reason() if sc.expect == "rejected" else None)
+        why_not = impl.check_limit(sc.chunk_limit) or impl.contract.scenario_skip_reason(
+            sc.expect, sc.contract)
         if why_not:
             raise SkipScenario(why_not)
         geometry = sc.geometry()

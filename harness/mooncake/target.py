@@ -9,7 +9,8 @@ the implementation with the effective MR limit and the object stride; the pages 
 edges) put and read back (and, with ``pd``, written by RDMA from a prefill node into a decode
 node), reported as the result's ``copy``; then teardown as often as the scenario says. The
 implementation's ``teardown`` gets the same ranges each round, so it must forget what it
-released (the reference keeps only failures).
+released (the reference keeps only failures); the rounds after the first run only where it
+declares a repeatable teardown (harness/run/contract.py) or the round is the store's close().
 
 Options (the scenario's ``mooncake`` table), all optional:
 
@@ -296,6 +297,13 @@ class MooncakeWorld:
         self.progress = Progress()
         self.budget: CallBudget | None = None     # counts the implementation's calls
 
+    @property
+    def teardown_repeatable(self) -> bool:
+        """``teardown = "close"``: each round is the store's own close(), which a closed
+        store answers with 0 (docs/mooncake-verbs.md §7.1), so every round runs whatever
+        the implementation declares."""
+        return self.opts.teardown == "close"
+
     def _implementation(self) -> AbstractContextManager[Any]:
         """Where the implementation's code runs: its calls spend the call budget."""
         return self.budget.implementation() if self.budget is not None else nullcontext()
@@ -412,7 +420,7 @@ class MooncakeTarget:
         if mirror is not None and sc.memory != "real":
             raise SkipScenario("fake-only on the real store: a virtual pool has no memory "
                                "behind it for the real store to read")
-        why_not = impl.contract.skip_reason() if sc.expect == "rejected" else None
+        why_not = impl.contract.scenario_skip_reason(sc.expect, sc.contract)
         if why_not:
             raise SkipScenario(why_not)
         if opts.limit == "own" and not impl.computes_own_mr_limit():

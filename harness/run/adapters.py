@@ -17,6 +17,8 @@ ceiling).
 The keywords ``chunk_limit``, ``granularity`` (and Mooncake's ``max_mr_size``) are contracts
 the implementation declares (:mod:`.contract`): one its register does not take, or takes with
 the default None, reaches it as nothing or None, and the rules of that contract do not judge it.
+So is a repeatable teardown: the teardown function's ``repeatable = True`` attribute (the
+reference and the sglang style promise it by themselves); without it kvreg tears down once.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from kvreg.harness.plan.chunking import reference_unit
 from kvreg.harness.pools import BufferSpec
 from kvreg.harness.pools.base import ExtentFamily
 
-from .contract import ABSENT, Contract, contract_of
+from .contract import ABSENT, Contract, contract_of, declared_repeatable
 from .process import EnvRead, import_scope, installed, watching_env
 from .style_names import SELF_REACHING, STYLES
 
@@ -82,6 +84,12 @@ def check_signature(fn: Callable[..., Any], style: str, role: int, option: str,
     if role == 0:   # a contract keyword it does not take is not passed (contract.py)
         contract = contract_of(style, fn)
         keywords = tuple(k for k in keywords if contract.mode(k) != ABSENT)
+    else:
+        try:
+            declared_repeatable(fn)
+        except ValueError as exc:
+            name = getattr(fn, "__name__", type(fn).__name__)
+            raise ImplementationError(f"{option} {spec!r}: {name}: {exc}") from None
     try:
         sig.bind(*args, **dict.fromkeys(keywords))
     except TypeError as exc:
@@ -180,10 +188,12 @@ class Implementation:
 
     @property
     def contract(self) -> Contract:
-        """The contract its register declares (the sglang style: SGLang's; the reference:
-        kvreg's), read once from its signature."""
+        """The contract its register and teardown declare (the sglang style: SGLang's; the
+        reference: kvreg's), read once from register's signature and teardown's
+        ``repeatable`` attribute."""
         if self.declared is None:
-            self.declared = contract_of(self.style, self.register_fn)
+            self.declared = contract_of(self.style, self.register_fn, self.teardown_fn,
+                                        close=self.teardown_close)
         return self.declared
 
     def granularity(self, spec: BufferSpec, limit: int,
@@ -252,7 +262,8 @@ class Implementation:
                                   "with a Mooncake store (use --style mooncake)")
 
     def teardown_mr(self, store: Any, ranges: Any) -> Any:
-        """Unregister what register_mr returned (called once per teardown round)."""
+        """Unregister what register_mr returned (called once per teardown round that the
+        contract lets run)."""
         if self.teardown_close:
             return store.close()
         if self.style == "reference":

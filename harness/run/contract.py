@@ -14,16 +14,30 @@ cannot read is taken the same way. The mooncake style's None default keeps its m
 ("computed when not given", harness/mooncake/target.py ``limit``): such a register still gets
 the store's effective MR limit, a fact of the real machine, where a scenario gives it, and
 only the rejection contract leaves it.
+
+The repeatable-teardown contract: a second teardown of the same pool releases only what the
+first could not (a failed unregister kept and retried), and makes no call otherwise. The real
+machine makes that second call only where the code's own caller does (a ``destroy()`` after a
+``close()``, a ``__del__`` after a shutdown), so kvreg's later teardown rounds (the scenario's
+``exercise`` lists ``teardown`` twice by default) run only for code that promises it, and the
+scenarios that judge nothing but that promise (``contract = "repeatable-teardown"``) are
+skipped for the rest, saying why. Who promises it: kvreg's reference; the sglang style, as
+SGLang's ``_cuda_host_unregister`` keeps only the ranges that failed and its
+``HostKVCache.destroy()`` is idempotent (docs/pools.md §1.1); a mooncake store closed by
+``--teardown close`` (a closed store's ``close()`` returns 0, docs/mooncake-verbs.md §7.1); and
+any teardown function with the attribute ``repeatable = True``. The attribute also says False
+(an sglang-style adapter over code that unregisters once); any other value is refused.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["ABSENT", "DECLARED", "NONE", "Contract", "contract_of"]
+__all__ = ["ABSENT", "DECLARED", "NONE", "REPEATABLE", "REPEATABLE_TEARDOWN", "Contract",
+           "contract_of", "declared_repeatable"]
 
 # how a keyword reaches register: the scenario's value, None, or not at all
 DECLARED, NONE, ABSENT = "declared", "none", "absent"
@@ -32,6 +46,13 @@ KEYWORDS = {"generic": ("chunk_limit", "granularity"), "ctypes": ("chunk_limit",
             "driver": ("chunk_limit", "granularity"),
             "mooncake": ("max_mr_size", "granularity")}
 ENV_CHUNK_GB = "SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB"
+# the teardown function's attribute that declares (True) or disclaims (False) the contract
+REPEATABLE = "repeatable"
+# a scenario's ``contract`` value: it judges nothing but a repeatable teardown
+REPEATABLE_TEARDOWN = "repeatable-teardown"
+# how the repeatable-teardown contract is known: the style's (reference, sglang), the store's
+# close (mooncake --teardown close), the teardown's attribute, or not declared
+BY_STYLE, BY_CLOSE, BY_ATTRIBUTE, UNDECLARED = "style", "close", "attribute", "undeclared"
 
 
 @dataclass(frozen=True)
@@ -42,6 +63,10 @@ class Contract:
     # keyword -> DECLARED / NONE / ABSENT (empty for the sglang style and the reference)
     modes: tuple[tuple[str, str], ...] = ()
     signature: str = ""
+    # the repeatable-teardown contract, and how it is known (BY_STYLE, ... UNDECLARED)
+    repeatable: bool = True
+    repeatable_by: str = BY_STYLE
+    teardown_name: str = "teardown"
 
     def mode(self, name: str) -> str:
         return dict(self.modes).get(name, DECLARED)
@@ -99,8 +124,44 @@ class Contract:
         return (f"the implementation declares no {word} contract ({how}); this scenario "
                 f"judges only that contract: {what} refused before any call")
 
+    def scenario_skip_reason(self, expect: str, judges: str | None) -> str | None:
+        """Why a scenario that judges only a contract this code does not declare is skipped
+        (``expect = "rejected"``: the rejection contract; ``contract =
+        "repeatable-teardown"``), or None."""
+        if expect == "rejected" and (why := self.skip_reason()):
+            return why
+        return self.teardown_skip_reason() if judges == REPEATABLE_TEARDOWN else None
+
+    def _teardown_how(self) -> str:
+        if self.repeatable_by == BY_ATTRIBUTE:
+            return f"{self.teardown_name}.{REPEATABLE} = {self.repeatable}"
+        if self.repeatable_by == UNDECLARED:
+            return f"{self.teardown_name} has no {REPEATABLE} = True attribute"
+        if self.repeatable_by == BY_CLOSE:
+            return "closing the store: a closed store's close() returns 0"
+        return "kvreg's reference" if self.style == "reference" else f"the {self.style} style"
+
+    def teardown_skip_reason(self) -> str | None:
+        """Why a scenario that judges only the repeatable-teardown contract does not apply."""
+        if self.repeatable:
+            return None
+        return (f"the implementation declares no repeatable-teardown contract "
+                f"({self._teardown_how()}); this scenario judges only that contract: a second "
+                "teardown that retries what the first could not release and repeats nothing")
+
+    def teardown_text(self) -> str:
+        """The repeatable-teardown part of the contract line."""
+        if self.repeatable:
+            return (f"teardown repeatable ({self._teardown_how()}): every teardown round is "
+                    "judged, a later one may only retry what failed")
+        return (f"teardown once ({self._teardown_how()}): later teardown rounds are not run, "
+                "the repeatable-teardown scenarios are skipped")
+
     def text(self) -> str:
         """One line: which contract the implementation was judged by."""
+        return f"{self._register_text()}; {self.teardown_text()}"
+
+    def _register_text(self) -> str:
         if self.style == "reference":
             return ("contract: kvreg's reference: each call within the scenario's chunk limit "
                     "(MR limit), a granularity above it refused before any call")
@@ -135,7 +196,9 @@ class Contract:
             (["not-rejected", "rejected-too-late", "rejected-wrong-error"] if self.rejects
              else [])
         return {"style": self.style, "register": self.signature, "keywords": keywords,
-                "rules": rules, "text": self.text()}
+                "rules": rules,
+                "teardown": {"repeatable": self.repeatable, "known_by": self.repeatable_by},
+                "text": self.text()}
 
 
 def _plain(fn: Callable[..., Any]) -> inspect.Signature | None:
@@ -148,8 +211,39 @@ def _plain(fn: Callable[..., Any]) -> inspect.Signature | None:
                        return_annotation=inspect.Signature.empty)
 
 
-def contract_of(style: str, register_fn: Callable[..., Any] | None) -> Contract:
-    """The contract ``register_fn`` declares in ``style`` (see the module's docstring)."""
+def declared_repeatable(teardown_fn: Callable[..., Any] | None) -> bool | None:
+    """The teardown's ``repeatable`` attribute: True, False, or None where it has none;
+    ValueError for any other value."""
+    value = getattr(teardown_fn, REPEATABLE, None) if teardown_fn is not None else None
+    if value is None or isinstance(value, bool):
+        return value
+    raise ValueError(f"its {REPEATABLE} attribute must be True or False, not {value!r}")
+
+
+def _repeatable(style: str, teardown_fn: Callable[..., Any] | None,
+                close: bool) -> tuple[bool, str]:
+    if style == "reference":
+        return True, BY_STYLE
+    if close:
+        return True, BY_CLOSE
+    declared = declared_repeatable(teardown_fn)
+    if declared is not None:
+        return declared, BY_ATTRIBUTE
+    return (True, BY_STYLE) if style == "sglang" else (False, UNDECLARED)
+
+
+def contract_of(style: str, register_fn: Callable[..., Any] | None,
+                teardown_fn: Callable[..., Any] | None = None, *,
+                close: bool = False) -> Contract:
+    """The contract ``register_fn`` and ``teardown_fn`` declare in ``style`` (see the module's
+    docstring); ``close``: teardown is closing a Mooncake store."""
+    repeatable, by = _repeatable(style, teardown_fn, close)
+    return replace(_register_contract(style, register_fn), repeatable=repeatable,
+                   repeatable_by=by,
+                   teardown_name=getattr(teardown_fn, "__name__", "teardown"))
+
+
+def _register_contract(style: str, register_fn: Callable[..., Any] | None) -> Contract:
     names = KEYWORDS.get(style)
     if names is None or register_fn is None:
         return Contract(style)

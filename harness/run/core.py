@@ -3,7 +3,8 @@
 The flow (design.md "One scenario, end to end"): the scenario's target builds its world (a
 fresh fake with the scenario's profile and fault plan, the pool's buffers), then every buffer
 is registered through the implementation, every page moved, the pool torn down as often as
-the scenario says, and the target's checks judge the record. Everything the run changes is
+the scenario says (its later rounds only for code that declares a repeatable teardown,
+:mod:`.contract`), and the target's checks judge the record. Everything the run changes is
 restored whatever happens; a call budget ends implementations that loop through the runtime
 (kvreg's own calls are not counted), the supervisor's time and memory limits
 (:mod:`.supervisor`) the others. kvreg's own failures are its verdicts, never the code's:
@@ -82,6 +83,7 @@ def _run(sc: Scenario, impl: Implementation, *, keep_trace: bool, backend: Any,
     target = get_target(sc.target)
     start = time.perf_counter()
     result = ScenarioResult(sc.id, sc.pool, "pass", guards=sc.guards)
+    contract = impl.contract
     try:
         world = target.build(sc, impl, backend)
     except SkipScenario as exc:
@@ -106,7 +108,11 @@ def _run(sc: Scenario, impl: Implementation, *, keep_trace: bool, backend: Any,
                 world.transfer()
             world.begin_teardown()
             rounds = [step for step in sc.exercise if step.startswith("teardown")]
-            for rnd, step in enumerate(rounds):
+            # the real machine tears down again only where the code's own caller does: the
+            # later rounds bind only code that declares a repeatable teardown (or a world
+            # whose teardown is the real API's own repeatable call: a store's close)
+            repeat = contract.repeatable or bool(getattr(world, "teardown_repeatable", False))
+            for rnd, step in enumerate(rounds if repeat else rounds[:1]):
                 world.teardown(impl, rnd, step)
     except CallBudgetExceeded:
         world.budget_spent()

@@ -65,7 +65,10 @@ class World(Protocol):
         """Mark where teardown starts (also when the scenario asks for none)."""
 
     def teardown(self, impl: Implementation, round_: int, step: str) -> None:
-        """One teardown step of the scenario (``round_`` counts from 0)."""
+        """One teardown step of the scenario (``round_`` counts from 0). The core runs the
+        rounds after the first only for code that declares a repeatable teardown
+        (:mod:`.contract`), or where the world has a true ``teardown_repeatable`` (optional:
+        its teardown is the real API's own repeatable call)."""
 
     def budget_spent(self) -> None:
         """The call budget stopped the implementation: note where."""

@@ -24,6 +24,7 @@ from kvreg.harness.pools import (
     accepted_params,
     make_geometry,
 )
+from kvreg.harness.run.contract import REPEATABLE_TEARDOWN
 from kvreg.harness.run.endstate import PINNING
 from kvreg.harness.run.targets import TARGETS, get_target
 from kvreg.harness.scenario.ids import catalog_folder, file_id
@@ -36,11 +37,12 @@ FORMAT_VERSION = 1
 GiB = 1 << 30
 EXERCISES = ("register", "transfers", "teardown", "teardown-after-failure")
 EXPECTATIONS = ("success", "rejected", "register-error")
+CONTRACTS = (REPEATABLE_TEARDOWN,)
 MEMORY = ("virtual", "real")
 _SCENARIO_KEYS = {"name", "guards", "pages", "total_gib", "chunk_gb", "chunk_bytes",
                   "profile", "faults", "exercise", "expect", "memory", "empty", "params",
                   "call_budget", "tags", "backends", "target", "mooncake", "pinning",
-                  "profile_options"}
+                  "profile_options", "contract"}
 _TOP_KEYS = {"format", "pool", "defaults", "scenario"}
 _POOL_KEYS = {"type", "params", "memory", "base_offset"}
 # ``base_offset = "torch"``: where torch's CPU allocator puts a large tensor, 64 bytes into a
@@ -88,6 +90,9 @@ class Scenario:
     # (whole GiB, else unset); (value,) is that value, None for unset (chunk_gb = 0, "" or
     # "unset": docs/pools.md §1)
     chunk_var: tuple[str | None, ...] = ()
+    # the contract the scenario judges and nothing else: "repeatable-teardown" (skipped for
+    # code that does not declare it, harness/run/contract.py), or None
+    contract: str | None = None
 
     def geometry(self) -> PoolGeometry:
         return make_geometry(self.pool_type, **dict(self.params))
@@ -247,6 +252,14 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
     elif target_obj is not None and any(step not in target_obj.steps for step in exercise):
         ctx.fail("exercise", f"steps the {target} target offers: {list(target_obj.steps)}",
                  exercise)
+    judges = merged.get("contract")
+    if judges is not None and judges not in CONTRACTS:
+        ctx.fail("contract", " or ".join(repr(c) for c in CONTRACTS), judges)
+        judges = None
+    elif judges is not None and exercise and \
+            sum(str(step).startswith("teardown") for step in exercise) < 2:
+        ctx.fail("contract", "an exercise with two teardown rounds or more (the contract is "
+                 "about the second)", exercise)
     expect = merged.get("expect", "success")
     if expect not in EXPECTATIONS:
         ctx.fail("expect", f"one of {list(EXPECTATIONS)}", expect)
@@ -307,7 +320,7 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
                     call_budget=budget, tags=tuple(tags), backends=tuple(backends),
                     target=str(target), mooncake=dict(mooncake_opts), pinning=str(pinning),
                     profile_options=dict(profile_options), base_offset=base_offset,
-                    chunk_var=chunk_var)
+                    chunk_var=chunk_var, contract=judges)
 
 
 def _base_offset(ctx: _Ctx, pool: Mapping[str, Any], memory: str, target: Any) -> int:

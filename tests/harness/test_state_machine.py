@@ -226,17 +226,31 @@ def test_an_unknown_style_is_refused() -> None:
 
 def test_a_second_driver_unregister_is_caught() -> None:
     """cuMemHostUnregister counts as an unregister: a teardown that forgets what it released
-    unregisters twice and gets 713 (docs/cuda-runtime.md §3)."""
+    but declares a repeatable teardown unregisters twice and gets 713 (docs/cuda-runtime.md
+    §3)."""
     def forgetful_teardown(ranges: list[tuple[int, int]]) -> None:
         from cuda.bindings import driver
 
         for base, _ in reversed(ranges):
             driver.cuMemHostUnregister(base)
 
-    class Broken(RegistrationMachine):
+    class OnceOnly(RegistrationMachine):
         style = "driver"
         register_impl = staticmethod(driver_example)
         teardown_impl = staticmethod(forgetful_teardown)
+
+    # without a repeatable-teardown declaration the machine tears down once, as the code's
+    # own caller would: nothing is unregistered twice
+    run_state_machine_as_test(OnceOnly, settings=settings(max_examples=10, deadline=None,
+                                                          stateful_step_count=8))
+
+    def claims_repeatable(ranges: list[tuple[int, int]]) -> None:
+        forgetful_teardown(ranges)
+
+    claims_repeatable.repeatable = True   # type: ignore[attr-defined]
+
+    class Broken(OnceOnly):
+        teardown_impl = staticmethod(claims_repeatable)
 
     with pytest.raises(AssertionError, match=r"^\[unregister-not-a-live-base\] an unregister "
                                              r"failed: \[.*713"):

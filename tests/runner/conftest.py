@@ -81,7 +81,7 @@ def check_report(doc: Any) -> dict[str, dict[str, Any]]:
     """Assert ``doc`` is exactly the contract's JSON report; return scenarios by id.
 
     ``{"summary": {"total", "passed", "failed", "errors", "skipped"}, "contract": {"style",
-    "register", "keywords", "rules", "text"}, "scenarios": [{"id", "pool", "verdict",
+    "register", "keywords", "rules", "teardown", "text"}, "scenarios": [{"id", "pool", "verdict",
     "violations", "warnings"}]}``; a skipped or errored scenario may add a
     string ``reason``; a scenario whose pages went through the batch copy may add ``copy``
     (``{"pages_copied", "pages_total", "method"}``), nothing else. ``warnings`` is always
@@ -90,7 +90,10 @@ def check_report(doc: Any) -> dict[str, dict[str, Any]]:
     assert isinstance(doc, dict) and set(doc) == {"summary", "contract", "causes", "hints",
                                                   "scenarios"}, doc.keys()
     contract = doc["contract"]
-    assert set(contract) == {"style", "register", "keywords", "rules", "text"}, contract
+    assert set(contract) == {"style", "register", "keywords", "rules", "teardown", "text"}, \
+        contract
+    assert set(contract["teardown"]) == {"repeatable", "known_by"}, contract
+    assert contract["teardown"]["known_by"] in ("style", "close", "attribute", "undeclared")
     assert contract["text"].startswith("contract: ") and isinstance(contract["keywords"], dict)
     assert set(contract["rules"]) <= {"chunk-over-limit", "not-rejected", "rejected-too-late",
                                       "rejected-wrong-error"}

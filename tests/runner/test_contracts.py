@@ -74,7 +74,9 @@ def test_sglang_style_and_reference_keep_their_contracts() -> None:
     assert sglang.limit_with_granularity_only      # G None: SGLang's legacy one call
     assert sglang.text() == ("contract: chunk limit from SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB "
                              "(sglang style): each call within it where a granularity is "
-                             "passed, a granularity above it refused before any call")
+                             "passed, a granularity above it refused before any call; teardown "
+                             "repeatable (the sglang style): every teardown round is judged, a "
+                             "later one may only retry what failed")
 
 
 def test_register_gets_the_value_none_or_nothing(by_id: dict[str, Scenario]) -> None:
@@ -120,7 +122,7 @@ def _one_call_fails(sc: Scenario) -> bool:
 ])
 def test_correct_code_without_a_chunk_limit_passes_the_catalog(
         name: str, style: str, one_call: bool, kvreg_json: Any, spec_of: Any,
-        catalog: list[Scenario]) -> None:
+        catalog: list[Scenario], load_impl: Any) -> None:
     """Every CUDA scenario passes but the ones that judge only the undeclared contract
     (skipped, saying so) and, for one call, those whose one call the real runtime refuses."""
     rc, scenarios, summary, _ = kvreg_json("-j", "2", "--style", style, "--impl",
@@ -129,10 +131,21 @@ def test_correct_code_without_a_chunk_limit_passes_the_catalog(
     cuda = {s.id: s for s in catalog if s.target == "cuda"}
     rejected = {sid for sid, s in cuda.items() if s.expect == "rejected"}
     assert rejected
+    # the keep-and-retry scenarios judge only the repeatable-teardown contract: run where the
+    # teardown declares it (ctypes_one_call), skipped where it does not
+    repeats = load_impl(name, style).contract.repeatable
+    assert repeats == (name == "ctypes_one_call")
+    retry = {sid for sid, s in cuda.items() if s.contract == "repeatable-teardown"}
+    assert len(retry) >= 30
     skipped = {sid for sid, s in scenarios.items() if s["verdict"] == "skip"}
-    assert skipped == rejected | {s.id for s in catalog if s.target != "cuda"}
+    assert skipped == rejected | (set() if repeats else retry) | \
+        {s.id for s in catalog if s.target != "cuda"}
     for sid in rejected:
         assert scenarios[sid]["reason"].startswith(NO_CONTRACT), scenarios[sid]
+    for sid in skipped & retry:
+        assert scenarios[sid]["reason"].startswith(
+            "the implementation declares no repeatable-teardown contract (teardown has no "
+            "repeatable = True attribute)"), scenarios[sid]
     failed = {sid for sid, s in scenarios.items() if s["verdict"] == "fail"}
     ceiling = {sid for sid, s in cuda.items() if _one_call_fails(s)}
     assert len(ceiling) >= 20
@@ -142,7 +155,8 @@ def test_correct_code_without_a_chunk_limit_passes_the_catalog(
         assert v["rule"] == "unexpected-error", v
         assert "per-call ceiling of R580+ drivers; chunk it" in v["message"], v
     assert summary["errors"] == 0 and rc == (1 if one_call else 0)
-    assert summary["passed"] == len(cuda) - len(rejected) - len(failed)
+    assert summary["passed"] == len(cuda) - len(rejected) - len(failed) - \
+        (0 if repeats else len(retry))
 
 
 def test_a_declared_contract_is_still_judged(load_impl: Any, by_id: dict[str, Scenario]
@@ -191,8 +205,13 @@ def test_kvreg_run_says_the_contract_once(kvreg_cli: Any, spec_of: Any) -> None:
     lines = proc.stdout.splitlines()
     said = [line for line in lines if line.startswith("contract: ")]
     assert said == ["contract: none declared by register(cudart, ptr, nbytes, *, granularity, "
-                    "chunk_limit=None): judged against the device profile only"]
-    assert lines[-2] == said[0] and lines[-1].endswith("1 skipped")
+                    "chunk_limit=None): judged against the device profile only; teardown once "
+                    "(teardown has no repeatable = True attribute): later teardown rounds are "
+                    "not run, the repeatable-teardown scenarios are skipped"]
+    # the rejection scenario, and the keep-and-retry one of a repeatable teardown
+    assert lines[-2] == said[0] and lines[-1].endswith("2 skipped")
+    assert any(line.startswith(f"{MLA}/fail-during-teardown") and "SKIP" in line and
+               "declares no repeatable-teardown contract" in line for line in lines)
     assert any(line.startswith(f"{MLA}/granularity-above-limit") and "SKIP" in line and
                NO_CONTRACT in line for line in lines)
     proc = kvreg_cli("run", "-k", f"{MLA}/below-limit", "--json", "-")
@@ -205,6 +224,7 @@ def test_kvreg_run_says_the_contract_once(kvreg_cli: Any, spec_of: Any) -> None:
     assert contract["keywords"] == {"chunk_limit": "absent", "granularity": "none"}
     assert contract["rules"] == [] and contract["register"] == \
         "register(ptr, nbytes, *, granularity=None)"
+    assert contract["teardown"] == {"repeatable": True, "known_by": "attribute"}
 
 
 def test_mooncake_none_default_keeps_the_given_limit_and_skips_the_rejection(

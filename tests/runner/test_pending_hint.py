@@ -60,9 +60,11 @@ def test_kvreg_run_says_it_once_and_the_json_keeps_each(kvreg_cli: Any, spec_of:
     doc = json.loads(kvreg_cli(*args, "--json", "-").stdout)
     each = {s["id"]: w["message"] for s in doc["scenarios"] for w in s["warnings"]
             if w["rule"] == "error-pending"}
-    assert said[0].startswith(f"hint: {len(each)} scenario(s) ") and len(each) >= 3
+    assert said[0].startswith(f"hint: {len(each)} scenario(s) ") and len(each) >= 2
     # fail-first-chunk: the one call fails and register raises
     assert each[f"{MLA}/fail-first-chunk"].startswith("after register raised, torch's runtime "
                                                       "still holds cudaErrorMemoryAllocation")
-    # fail-during-teardown: the unregister fails, teardown keeps the range and returns
-    assert each[f"{MLA}/fail-during-teardown"].startswith("after teardown returned,")
+    # fail-during-rollback: one call per buffer makes no rollback call, so the unregister
+    # fault lands in its only teardown, which keeps the range and returns (fail-during-teardown
+    # judges a repeatable teardown, which this code does not declare: skipped)
+    assert each[f"{MLA}/fail-during-rollback"].startswith("after teardown returned,")
