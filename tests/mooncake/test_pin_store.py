@@ -7,7 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kvreg.fakes.mooncake import FakeMooncake
+import numpy as np
+import pytest
+
+from kvreg.fakes.mooncake import FakeMooncake, get_store_profile
 
 MiB = 1 << 20
 INVALID = -600
@@ -77,3 +80,87 @@ def test_a_multi_buffer_get_is_traced_with_its_first_buffer(mk: Mk, buf: Buf) ->
     (get,) = fake.trace.calls("batch_get_into_multi_buffers")
     assert get.args == ("k", d + 4096, 4096)
     fake.close_all()
+
+
+LEASED, NOT_FOUND, NO_HANDLE = -706, -704, -200
+
+
+def _clocked(profile: Any = "v0.3.13") -> tuple[FakeMooncake, list[float]]:
+    """A fake whose master clock (seconds) the test advances by hand."""
+    fake = FakeMooncake(profile, env={})
+    now = [0.0]
+    fake.cluster("master:50051").clock = lambda: now[0]
+    return fake, now
+
+
+def _setup(fake: FakeMooncake, gseg: int = 4 * MiB) -> Any:
+    store = fake.store()
+    assert store.setup("host0", "P2PHANDSHAKE", gseg, MiB, "tcp", "", "master:50051") == 0
+    return store
+
+
+@pytest.mark.parametrize("ttl_ms", [10000, 300])
+def test_a_reads_lease_lasts_default_kv_lease_ttl_milliseconds(ttl_ms: int) -> None:
+    # the master's --default_kv_lease_ttl is in milliseconds (Mooncake
+    # mooncake-store/include/types.h: DEFAULT_DEFAULT_KV_LEASE_TTL "// in milliseconds";
+    # master.cpp's flag default 10000, docs/mooncake-verbs.md §7.3); a remove is refused with
+    # -706 OBJECT_HAS_LEASE until it runs out, then succeeds. [verified] on 0.3.13.post1 with a
+    # 300 ms master: tests/mooncake_real/test_semantics.py::
+    # test_the_lease_ends_after_default_kv_lease_ttl
+    fake, now = _clocked(get_store_profile("v0.3.13").replace(default_kv_lease_ttl_ms=ttl_ms))
+    store = _setup(fake)
+    assert store.put("k", b"abcdefghij") == 0
+    assert store.get("k") == b"abcdefghij"          # the read takes the lease
+    now[0] = 0.9 * ttl_ms / 1000
+    assert store.remove("k") == LEASED
+    now[0] = 1.1 * ttl_ms / 1000
+    assert store.remove("k") == 0
+    assert store.get_size("k") == NOT_FOUND
+    fake.close_all()
+
+
+def test_objects_live_in_mounted_segments() -> None:
+    # a put with no global segment mounted anywhere finds no space: -200 NO_AVAILABLE_HANDLE
+    # (Mooncake types.h: "Memory allocation failed due to insufficient space", the master's
+    # PUT_NO_SPACE_HELPER_STR "... or mounting more segments"); an object lives in the
+    # segment that took it and goes when that client closes (§7.2). [verified] on 0.3.13.post1:
+    # tests/mooncake_real/test_semantics.py::test_objects_live_in_segments (same steps, same
+    # results)
+    fake, _ = _clocked()
+    lone = _setup(fake, gseg=0)
+    a = np.arange(4096, dtype=np.uint8)
+    out = [lone.put_from("k", a.ctypes.data, 10)]
+    holder = _setup(fake)
+    out += [lone.put_from("k", a.ctypes.data, 10), lone.get_size("k"), holder.close(),
+            lone.get_size("k"), lone.put("k2", b"x"), lone.close()]
+    assert out == [NO_HANDLE, 0, 10, 0, NOT_FOUND, NO_HANDLE, 0]
+
+
+def test_without_segment_placement_a_put_always_finds_space() -> None:
+    # the profile option off (objects_live_in_segments=False, a deployment modelled without
+    # segments): no -200, and a close drops nothing
+    fake, _ = _clocked(get_store_profile("v0.3.13").replace(objects_live_in_segments=False))
+    lone = _setup(fake, gseg=0)
+    holder = _setup(fake)
+    assert lone.put("k", b"xyz") == 0 and holder.put("h", b"ab") == 0
+    assert holder.close() == 0
+    assert (lone.get_size("k"), lone.get_size("h")) == (3, 2)
+    fake.close_all()
+
+
+def test_a_dummy_client_refuses_process_memory_and_keeps_bytes_puts() -> None:
+    # §7.5: a setup_dummy client is served by a standalone mooncake_client through shared
+    # memory: register_buffer of process memory -1 (Mooncake dummy_client.cpp
+    # DummyClient::register_buffer: "Buffer is not in any registered shared memory", return
+    # -1), put_from/get_into -600, while put/get of bytes go through the RPC
+    # (DummyClient::put -> RealClient::put_dummy_helper) and work. [verified] on
+    # 0.3.13.post1: tests/mooncake_real/test_semantics.py::
+    # test_a_dummy_client_refuses_process_memory (same steps, same results)
+    fake, _ = _clocked()
+    s = fake.store()
+    a, b = np.arange(4096, dtype=np.uint8), np.zeros(4096, np.uint8)
+    out = [s.setup_dummy(16 * MiB, 16 * MiB, "127.0.0.1:50052"),
+           s.register_buffer(a.ctypes.data, 4096), s.put_from("k", a.ctypes.data, 10),
+           s.put("k2", b"abc"), s.get("k2"), s.get_into("k2", b.ctypes.data, 10),
+           s.remove("k2"), s.close()]
+    assert out == [0, -1, INVALID, 0, b"abc", INVALID, LEASED, 0]
