@@ -164,3 +164,19 @@ def test_a_dummy_client_refuses_process_memory_and_keeps_bytes_puts() -> None:
            s.put("k2", b"abc"), s.get("k2"), s.get_into("k2", b.ctypes.data, 10),
            s.remove("k2"), s.close()]
     assert out == [0, -1, INVALID, 0, b"abc", INVALID, LEASED, 0]
+
+
+def test_a_batch_entry_of_size_0_is_refused_in_both_put_batches(mk: Mk, buf: Buf) -> None:
+    # §7.4: put_from of size 0 returns 0 (a warning), but an entry of size 0 in a batch put is
+    # -600 INVALID_PARAMS, in batch_put_from and batch_put_from_multi_buffers alike, while the
+    # other entries are stored (docs/mooncake-verbs.md §7.4, checked on 0.3.13.post1 by the
+    # differential tier, tests/mooncake_real/test_differential.py)
+    fake, store = mk()
+    src = buf(fake, 8192, fill=5)
+    assert store.register_buffer(src.ctypes.data, src.nbytes) == 0
+    p = src.ctypes.data
+    assert store.batch_put_from(["a", "z"], [p, p + 4096], [4096, 0]) == [0, INVALID]
+    assert store.batch_put_from_multi_buffers(["m", "e"], [[p, p + 4096], [p]],
+                                              [[4096, 4096], [0]]) == [0, INVALID]
+    assert [store.get_size(k) for k in ("a", "z", "m", "e")] == [4096, -704, 8192, -704]
+    fake.close_all()
