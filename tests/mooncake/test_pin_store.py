@@ -180,3 +180,18 @@ def test_a_batch_entry_of_size_0_is_refused_in_both_put_batches(mk: Mk, buf: Buf
                                               [[4096, 4096], [0]]) == [0, INVALID]
     assert [store.get_size(k) for k in ("a", "z", "m", "e")] == [4096, -704, 8192, -704]
     fake.close_all()
+
+
+@pytest.mark.parametrize("profile", ["released", "v0.3.13", "head"])
+def test_a_global_segment_size_of_0_mounts_no_segment(profile: str) -> None:
+    # global_segment_size 0 is a client that mounts no segment (Mooncake's store setup,
+    # mooncake-integration/store/store_py.cpp: "Skip mount segment if global_segment_size is
+    # 0", after registering the local buffer); [verified] on 0.3.13.post1 as a store that gets -200
+    # from a put when no other segment exists: tests/mooncake_real/test_semantics.py::
+    # test_objects_live_in_segments): setup returns 0 and reserves no segment memory
+    fake = FakeMooncake(profile, env={})
+    store = fake.store()
+    assert store.setup("host0", "P2PHANDSHAKE", 0, MiB, "tcp", "", "master:50051") == 0
+    names = [a.name for a in fake.node().space.allocations()]
+    assert names == ["mooncake-local-buffer@host0"]
+    fake.close_all()
