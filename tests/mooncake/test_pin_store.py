@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from kvreg.fakes.mooncake import FakeMooncake, get_store_profile
+from kvreg.fakes.verbs.enums import ibv_access_flags as A
 
 MiB = 1 << 20
 INVALID = -600
@@ -194,4 +195,49 @@ def test_a_global_segment_size_of_0_mounts_no_segment(profile: str) -> None:
     assert store.setup("host0", "P2PHANDSHAKE", 0, MiB, "tcp", "", "master:50051") == 0
     names = [a.name for a in fake.node().space.allocations()]
     assert names == ["mooncake-local-buffer@host0"]
+    fake.close_all()
+
+
+@pytest.mark.parametrize("profile", ["released", "head"])
+def test_the_global_segment_is_registered_for_remote_read_and_write(profile: str) -> None:
+    # other nodes' stores write objects into this segment and read them back, so setup
+    # registers it with LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ (Mooncake
+    # mooncake-transfer-engine/src/transport/rdma_transport/rdma_transport.cpp
+    # registerLocalMemory's access rights; docs/mooncake-verbs.md §1.5), on HEAD too, where a
+    # user buffer gets LOCAL_WRITE only
+    fake = FakeMooncake(profile, env={})
+    store = fake.store()
+    assert store.setup("host0", "P2PHANDSHAKE", 4 * MiB, 0, "rdma", "", "master:50051") == 0
+    (seg,) = [a for a in fake.node().space.allocations()
+              if a.name.startswith("mooncake-segment@")]
+    mrs = [m for m in fake.fabric.live_mrs() if seg.base <= m.addr < seg.base + seg.size]
+    remote = int(A.IBV_ACCESS_LOCAL_WRITE | A.IBV_ACCESS_REMOTE_WRITE | A.IBV_ACCESS_REMOTE_READ)
+    assert mrs and all(m.access & remote == remote for m in mrs)
+    fake.close_all()
+
+
+def test_setup_from_a_dict_defaults_both_sizes_to_16_mib() -> None:
+    # the dict overload's defaults: global_segment_size and local_buffer_size 16 MiB (Mooncake
+    # mooncake-store/include/types.h DEFAULT_GLOBAL_SEGMENT_SIZE and DEFAULT_LOCAL_BUFFER_SIZE,
+    # "1024 * 1024 * 16; // 16MB"; docs/mooncake-verbs.md §1.2)
+    fake = FakeMooncake("v0.3.13", env={})
+    store = fake.store()
+    assert store.setup({"local_hostname": "h", "metadata_server": "P2PHANDSHAKE",
+                        "protocol": "tcp"}) == 0
+    sizes = {a.name: a.size for a in fake.node().space.allocations()}
+    assert sizes == {"mooncake-segment@h": 16 * MiB, "mooncake-local-buffer@h": 16 * MiB}
+    fake.close_all()
+
+
+def test_a_failed_setup_dummy_mounts_no_standalone_segment() -> None:
+    # a dummy client whose connect to the standalone mooncake_client fails gets -1 from
+    # setup_dummy (Mooncake dummy_client.cpp DummyClient::setup_dummy: "Failed to connect to
+    # real client", return -1): no standalone client is there, so no segment is mounted and a
+    # put still finds none (-200), here on a store already set up without a segment
+    fake = FakeMooncake("v0.3.13", env={})
+    store = fake.store()
+    assert store.setup("h", "P2PHANDSHAKE", 0, MiB, "tcp", "", "127.0.0.1:50051") == 0
+    fake.inject("setup", nth=1, error=-1)
+    assert store.setup_dummy(16 * MiB, 16 * MiB, "127.0.0.1:50051") == -1
+    assert store.put("k", b"abc") == NO_HANDLE
     fake.close_all()
