@@ -241,3 +241,15 @@ def test_a_failed_setup_dummy_mounts_no_standalone_segment() -> None:
     assert store.setup_dummy(16 * MiB, 16 * MiB, "127.0.0.1:50051") == -1
     assert store.put("k", b"abc") == NO_HANDLE
     fake.close_all()
+
+
+def test_an_injected_is_exist_fault_is_recorded_as_injected(mk: Mk) -> None:
+    # as for setup: the checks excuse what a fault plan did, so the trace marks it
+    fake, store = mk()
+    fake.inject("is_exist", nth=1, error="RPC_FAIL")
+    assert store.is_exist("k") == -900
+    assert store.is_exist("k") == 0
+    (call,) = fake.trace.calls("is_exist")        # an answered is_exist is not traced
+    assert (call.code, call.injected) == (-900, True)
+    assert "-> -900 RPC_FAIL [injected]" in fake.trace.format()
+    fake.close_all()
