@@ -301,7 +301,8 @@ def test_the_over_limit_message_says_the_store_refused_only_for_its_own_refusal(
 
     def message(injected: bool) -> str:
         r = record([reg(8, BASE, 256, code=INVALID, injected=injected)])
-        return next(v.message for v in check_mooncake_run(r) if v.rule == "mr-over-limit")
+        return str(next(v.message for v in check_mooncake_run(r)
+                        if v.rule == "mr-over-limit"))
 
     assert tail in message(False)
     assert tail not in message(True)
