@@ -326,3 +326,21 @@ def test_a_pool_that_should_have_been_rejected_is_judged_after_its_last_buffer()
           if v.rule == "not-rejected"]
     assert [(v.seq, v.message.split(":")[0]) for v in vs] == [
         (9, "register() accepted every buffer with MR limit 128")]
+
+
+def test_a_seam_off_the_object_stride_is_judged() -> None:
+    # objects of 64 bytes: an MR seam at 96 cuts one, which released Mooncake cannot
+    # transfer in one slice (§1.7); a seam at 128 cuts none
+    cut = rules(record([reg(1, BASE, 96), reg(2, BASE + 96, 160)]))
+    assert cut == ["seams-aligned"], cut
+    assert rules(record([reg(1, BASE, 128), reg(2, BASE + 128, 128)])) == []
+
+
+def test_an_expected_register_error_with_no_failed_call_is_unexpected() -> None:
+    # the scenario expects register() to raise for a failed store call; raising when every
+    # call succeeded is an error of its own
+    b = buf(error=RuntimeError("no reason"), seq_start=1, seq_end=3)
+    ok = [reg(1, BASE, 128), reg(2, BASE + 128, 128)]
+    assert "unexpected-error" in rules(record(ok, [b], expect="register-error"))
+    failed = [reg(1, BASE, 128), reg(2, BASE + 128, 128, code=INVALID)]
+    assert "unexpected-error" not in rules(record(failed, [b], expect="register-error"))
