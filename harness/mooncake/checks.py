@@ -75,9 +75,6 @@ class McRecord:
     logs: list[str] = field(default_factory=list)
     pinning: str = "required"           # "optional": registering nothing also passes
     seams_matter: bool = True           # False where the store splits slices at MR seams
-    # the transfer engine cuts a registration above max_mr_size into MRs itself (HEAD #2644,
-    # docs/mooncake-verbs.md §1.6); informational: the transfers judge an accepted call
-    engine_splits_mrs: bool = False
     # buffer_ends' answer, once the record is complete (the checks and the warnings share it)
     ends: list[BufferEnd] | None = field(default=None, repr=False, compare=False)
 

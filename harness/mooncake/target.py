@@ -440,8 +440,7 @@ class MooncakeTarget:
         store_limited = opts.protocol in fake.profile.store_limit_protocols
         record = McRecord(run.limit, sc.expect, store_limited, run.runs, [],
                           exercised=sc.exercise, pinning=impl.pinning or sc.pinning,
-                          seams_matter=not fake.profile.slices_split_at_mr_seams,
-                          engine_splits_mrs=fake.profile.te_splits_mrs)
+                          seams_matter=not fake.profile.slices_split_at_mr_seams)
         world = MooncakeWorld(sc, opts, run, record)
         world.budget = budget
         return world

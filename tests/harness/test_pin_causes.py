@@ -5,7 +5,7 @@ how long the block is. Each test is a behaviour a surviving mutant changed
 from __future__ import annotations
 
 from kvreg.harness.run.causes import Cause, causes, dedupe, hints, render_causes
-from kvreg.harness.run.result import ScenarioResult, Violation
+from kvreg.harness.run.result import INTERNAL_ERROR, ScenarioResult, Violation
 
 NONE = Violation("registered", "register() of kv returned normally but registered none of its "
                  "256 bytes; copies from there run on the pageable path")
@@ -103,3 +103,26 @@ def test_causes_count_scenarios_most_frequent_first() -> None:
     found = causes(results)
     assert [(c.rule, c.ids) for c in found] == [("leak", ["a/2", "a/3"]),
                                                 ("registered", ["a/1"])]
+
+
+def _crash(i: int, caller: str, frame: str, exc: str) -> ScenarioResult:
+    tb = (f"Traceback (most recent call last):\n"
+          f'  File "kvreg/harness/run/core.py", line 40, in run\n    go()\n'
+          f'  File "{caller}", line 7, in step\n    judge()\n'
+          f'  File "{frame}", line 99, in judge\n    x = table[key]\n{exc}\n')
+    return ScenarioResult(f"k/{i}", "k", INTERNAL_ERROR, reason=exc, tb=tb)
+
+
+def test_kvregs_own_crashes_group_by_innermost_frame_and_exception() -> None:
+    # one kvreg bug reached from two callers is one cause; the same frame raising another
+    # exception is another bug
+    same = [_crash(1, "a.py", "core.py", "KeyError: 'x'"),
+            _crash(2, "b.py", "core.py", "KeyError: 'x'")]
+    assert [c.scenarios for c in causes(same)] == [2]
+    other = [*same, _crash(3, "a.py", "core.py", "ValueError: bad")]
+    assert sorted(c.scenarios for c in causes(other)) == [1, 2]
+
+
+def test_a_scenario_failing_one_rule_twice_is_counted_once() -> None:
+    (c,) = causes([fail(1, OVER), fail(2, OVER, OVER)])
+    assert c.ids == ["p/1", "p/2"] and c.scenarios == 2

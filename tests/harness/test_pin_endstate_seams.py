@@ -8,7 +8,8 @@ a start and an end checked, the buffer's end taken for a seam, one lone registra
 
 from __future__ import annotations
 
-from kvreg.harness.run.endstate import BufferEnd, check_seams_aligned
+from kvreg.harness.run.endstate import UNDRAINABLE, BufferEnd, check_seams_aligned, undrainable
+from kvreg.harness.run.result import Violation
 
 BASE = 0x7F0000000000
 
@@ -51,3 +52,11 @@ def test_every_misaligned_seam_is_counted_and_the_first_named() -> None:
     assert "lies at offset 96 (kv+0x60)" in msgs[0]
     assert msgs[0].endswith("32 bytes into it (1 more misaligned seam(s))")
     assert check_seams_aligned([end([(0, 96), (96, 160)])], 7)[0].seq == 7
+
+
+def test_only_an_error_pending_warning_is_undrainable() -> None:
+    # the report's hint about torch's binding (causes.hints) counts error-pending warnings
+    # that end with the undrainable note, and no other rule's message
+    assert undrainable(Violation("error-pending", f"error 1 left pending {UNDRAINABLE}"))
+    assert not undrainable(Violation("error-pending", "error 1 left pending"))
+    assert not undrainable(Violation("leak", f"error 1 left pending {UNDRAINABLE}"))

@@ -245,3 +245,102 @@ def test_a_failed_buffers_mrs_do_not_stop_the_leak_check_of_the_others() -> None
                exercised=TEARDOWN, live_end=[(NODE, BASE, 64), (NODE, BASE + N, N)])
     leaks = [v.message for v in check_mooncake_run(r) if v.rule == "leak"]
     assert leaks == ["MR [kv_b+0x0, +256) was never released by teardown"]
+
+
+def test_an_over_limit_call_outside_register_is_its_own_fault() -> None:
+    # released Mooncake refuses a register_buffer above the MR limit with -600 (§1.6): inside
+    # register() a fallback may follow it; before or after the register() window nothing can
+    over = "above the effective MR limit 128"
+    for seq in (2, 60):                       # the buffer's register() spans calls 5..49
+        vs = [v.message for v in check_mooncake_run(
+            record([reg(seq, BASE, 256, code=INVALID)], [buf(seq_start=5)]))
+            if v.rule == "mr-over-limit"]
+        assert len(vs) == 1 and over in vs[0], (seq, vs)
+        assert vs[0].endswith("; it was made outside register()"), (seq, vs)
+
+
+def test_a_recovered_failure_is_named_at_its_own_address() -> None:
+    # the warning names the failed call by the buffer offset it asked for (its pointer), not
+    # by its size
+    trace = [reg(1, BASE, 128), reg(2, BASE + 128, 128, code=INVALID), reg(3, BASE + 128, 128)]
+    ws = [v.message for v in mooncake_warnings(record(trace))]
+    assert len(ws) == 1 and ws[0].startswith(
+        "register_buffer(kv_buffer+0x80, 128) (call #3) returned -600 INVALID_PARAMS; "
+        "register() recovered: kv_buffer ended fully registered in 2 MR(s)"), ws
+
+
+def test_the_whole_buffer_refused_then_chunks_that_cover_it_pass() -> None:
+    # released Mooncake refuses the whole 256-byte buffer above the 128-byte limit with -600
+    # and registers nothing (§1.6); register() falling back to two 128-byte chunks that cover
+    # the buffer is correct: no rule fails it, and the refusal is a recovered failure
+    trace = [reg(1, BASE, 256, code=INVALID), reg(2, BASE, 128), reg(3, BASE + 128, 128)]
+    r = record(trace)
+    assert check_mooncake_run(r) == []
+    assert [v.rule for v in mooncake_warnings(r)] == ["recovered"]
+    # the same refusal with the chunks left out is register()'s fault
+    short = record(trace[:2])
+    assert "mr-over-limit" in rules(short)
+
+
+def test_a_call_at_the_buffers_seq_end_is_no_rollback() -> None:
+    # register() of the buffer spans calls 1..3; the unregister at call 4 (its seq_end) came
+    # after register() raised: it is not part of the buffer's rollback
+    err = RuntimeError("register failed: -600")
+    trace = [reg(1, BASE, 64), reg(2, BASE + 64, 64), reg(3, BASE + 128, 128, code=INVALID),
+             unreg(4, BASE + 64)]
+    b = buf(error=err, seq_start=1, seq_end=4, live_after_error=[(BASE, 64), (BASE + 64, 64)])
+    vs = [v.message for v in check_mooncake_run(record(trace, [b], expect="register-error"))
+          if v.rule == "not-rolled-back"]
+    assert vs and all("no rollback (none of its 2 earlier MR(s) was released" in m for m in vs)
+
+
+def test_the_over_limit_message_says_the_store_refused_only_for_its_own_refusal() -> None:
+    # -600 INVALID_PARAMS from the store itself is released Mooncake's size check (§1.6);
+    # the same code from a fault plan says nothing about the store
+    tail = ": released Mooncake rejects it with -600 INVALID_PARAMS and registers nothing (§1.6)"
+
+    def message(injected: bool) -> str:
+        r = record([reg(8, BASE, 256, code=INVALID, injected=injected)])
+        return str(next(v.message for v in check_mooncake_run(r)
+                        if v.rule == "mr-over-limit"))
+
+    assert tail in message(False)
+    assert tail not in message(True)
+
+
+def test_a_run_stopped_by_the_call_budget_reports_that_first() -> None:
+    # the budget stops the run, so nothing after it was seen: its verdict comes before every
+    # other, even one on the run's first call
+    r = record([reg(0, BASE, 0)], budget_hit=5)
+    assert rules(r)[:2] == ["call-budget", "register-size-zero"]
+
+
+def test_a_pool_that_should_have_been_rejected_is_judged_after_its_last_buffer() -> None:
+    # expect "rejected": register() accepted every buffer; the verdict sits after the last
+    # buffer's register() (where it should have raised at the latest)
+    first = buf(BASE, "kv_a", seq_start=0, seq_end=3)
+    last = buf(BASE + N, "kv_b", seq_start=3, seq_end=9)
+    trace = [reg(1, BASE, 128), reg(2, BASE + 128, 128), reg(4, BASE + N, 128),
+             reg(5, BASE + N + 128, 128)]
+    vs = [v for v in check_mooncake_run(record(trace, [first, last], expect="rejected"))
+          if v.rule == "not-rejected"]
+    assert [(v.seq, v.message.split(":")[0]) for v in vs] == [
+        (9, "register() accepted every buffer with MR limit 128")]
+
+
+def test_a_seam_off_the_object_stride_is_judged() -> None:
+    # objects of 64 bytes: an MR seam at 96 cuts one, which released Mooncake cannot
+    # transfer in one slice (§1.7); a seam at 128 cuts none
+    cut = rules(record([reg(1, BASE, 96), reg(2, BASE + 96, 160)]))
+    assert cut == ["seams-aligned"], cut
+    assert rules(record([reg(1, BASE, 128), reg(2, BASE + 128, 128)])) == []
+
+
+def test_an_expected_register_error_with_no_failed_call_is_unexpected() -> None:
+    # the scenario expects register() to raise for a failed store call; raising when every
+    # call succeeded is an error of its own
+    b = buf(error=RuntimeError("no reason"), seq_start=1, seq_end=3)
+    ok = [reg(1, BASE, 128), reg(2, BASE + 128, 128)]
+    assert "unexpected-error" in rules(record(ok, [b], expect="register-error"))
+    failed = [reg(1, BASE, 128), reg(2, BASE + 128, 128, code=INVALID)]
+    assert "unexpected-error" not in rules(record(failed, [b], expect="register-error"))
