@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -31,23 +32,58 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # the README's test command without -n (tests/infra/test_run_files_alone.py holds the two equal)
 README_COMMAND = "python -m pytest -n 2 -q"
-ALONE = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+
+
+def without_workers(command: str) -> list[str]:
+    """``command``'s words without xdist's worker count (``-n N``, ``-nN``,
+    ``--numprocesses N``, ``--numprocesses=N``)."""
+    words, out = shlex.split(command), []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in ("-n", "--numprocesses"):
+            skip = True
+        elif not (word.startswith("--numprocesses=") or (word.startswith("-n") and
+                                                          word[2:].isalnum())):
+            out.append(word)
+    return out
+
+
+# python -m pytest -q, run by this interpreter, with no cache
+ALONE = [sys.executable, *without_workers(README_COMMAND)[1:], "-p", "no:cacheprovider"]
+
+
+def files_of(collection: str) -> list[str]:
+    """The files of ``pytest --collect-only -q``'s node ids, in their order, each once."""
+    files: list[str] = []
+    for line in collection.splitlines():
+        if "::" in line and not line.startswith(" "):
+            name = line.split("::", 1)[0]
+            if name not in files:
+                files.append(name)
+    return files
 
 
 def collected_files(paths: list[str]) -> list[str]:
     """The files whose tests the README's command (narrowed to ``paths``) selects, in order."""
     proc = subprocess.run([*ALONE, "--collect-only", *paths], cwd=ROOT, capture_output=True,
                           text=True)
-    files: list[str] = []
-    for line in proc.stdout.splitlines():
-        if "::" in line and not line.startswith(" "):
-            name = line.split("::", 1)[0]
-            if name not in files:
-                files.append(name)
     if proc.returncode != 0:
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
         sys.exit("collection failed (exit {}):\n{}".format(proc.returncode, "\n".join(tail)))
-    return files
+    return files_of(proc.stdout)
+
+
+def outcome(returncode: int, output: str) -> tuple[str, str, list[str]]:
+    """(PASS|FAIL, pytest's summary line without its time, the lines that say what failed:
+    the FAILED/ERROR lines of its short summary, else its last lines)."""
+    lines = [line for line in output.splitlines() if line.strip()]
+    summary = lines[-1].strip().strip("= ").rsplit(" in ", 1)[0] if lines else "no output"
+    failing = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    if returncode != 0 and not failing:
+        failing = lines[-15:]
+    return ("PASS" if returncode == 0 else "FAIL"), summary, failing
 
 
 def run_alone(name: str, extra: list[str], timeout: float) -> tuple[str, float, str, list[str]]:
@@ -62,14 +98,8 @@ def run_alone(name: str, extra: list[str], timeout: float) -> tuple[str, float, 
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
         return "TIMEOUT", time.monotonic() - start, f"over {timeout:g} s", []
-    seconds = time.monotonic() - start
-    lines = [line for line in out.splitlines() if line.strip()]
-    summary = lines[-1].strip().strip("= ") if lines else "no output"
-    summary = summary.rsplit(" in ", 1)[0]
-    failing = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]
-    if proc.returncode != 0 and not failing:
-        failing = lines[-15:]
-    return ("PASS" if proc.returncode == 0 else "FAIL"), seconds, summary, failing
+    verdict, summary, failing = outcome(proc.returncode, out)
+    return verdict, time.monotonic() - start, summary, failing
 
 
 def main(argv: list[str] | None = None) -> int:
