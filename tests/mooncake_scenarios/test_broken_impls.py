@@ -263,7 +263,7 @@ def test_cli_exits_1_naming_the_straddling_block(capsys: pytest.CaptureFixture[s
     out = capsys.readouterr().out
     assert rc == 1
     line = next(ln for ln in out.splitlines()
-                if ln.startswith("fastdeploy_register_buffer/above-limit-unaligned "))
+                if ln.startswith("mooncake/fastdeploy_register_buffer/above-limit-unaligned "))
     assert "FAIL" in line and "block 16 (key 'block16_k')" in line
     assert "cut by the MR seam at offset 1048576" in line
 
