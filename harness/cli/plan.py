@@ -16,11 +16,11 @@ import json
 import sys
 from typing import Any
 
-from kvreg.harness.mooncake.reference import effective_mr_limit
 from kvreg.harness.plan.chunking import ALGORITHMS, PlanError, PoolPlan, plan_pool
 from kvreg.harness.plan.sizes import size_text
 from kvreg.harness.pools import POOL_TYPES, GeometryError, make_geometry
 from kvreg.harness.pools.families import extent_at
+from kvreg.harness.run.targets import TARGETS, get_target
 from kvreg.harness.scenario.size_limits import size_problem
 
 from .checks import UsageError, check_output_path, plain, positive_int
@@ -28,6 +28,17 @@ from .pipes import reader_safe
 
 GiB = 1 << 30
 CEILING_R580 = 512 * GiB
+
+
+def _mr_limit() -> Any:
+    """The effective MR limit of the target that registers RDMA memory regions (the one
+    whose target object has ``effective_mr_limit``: its own knowledge, asked through the
+    registry)."""
+    for name in TARGETS:
+        target: Any = get_target(name)
+        if hasattr(target, "effective_mr_limit"):
+            return target.effective_mr_limit
+    raise UsageError("no target plans RDMA memory regions")
 
 
 def add_parser(sub: Any) -> None:
@@ -127,8 +138,8 @@ def run(args: argparse.Namespace) -> int:
         if args.fastdeploy_clamp and not mr:
             raise UsageError("--fastdeploy-clamp needs --mc-max-mr-size or --device-max-mr")
         if mr:
-            limit = effective_mr_limit(args.mc_max_mr_size, args.device_max_mr,
-                                       fastdeploy_clamp=args.fastdeploy_clamp)
+            limit = _mr_limit()(args.mc_max_mr_size, args.device_max_mr,
+                                fastdeploy_clamp=args.fastdeploy_clamp)
         elif args.limit_bytes is not None:
             limit = args.limit_bytes
         else:

@@ -27,6 +27,7 @@ from kvreg.harness.run.progress import Progress
 from kvreg.harness.run.result import CallBudgetExceeded, Violation
 from kvreg.harness.run.target import ProcessConfig, SkipScenario
 
+from . import styles
 from .buffers import allocate, allocate_pinnable, release
 from .calling_thread import call_on_register_thread
 from .checks import BufferRun, RunRecord, check_run, check_warnings
@@ -147,7 +148,8 @@ class CudaWorld:
         fake, sc, cudart = self.fake, self.sc, self.cudart()
         for b in self.record.buffers:
             try:
-                b.granularity = impl.granularity(b.spec, sc.chunk_limit, self.families, b.index)
+                b.granularity = styles.granularity(impl, b.spec, sc.chunk_limit, self.families,
+                                                   b.index)
             except ValueError as exc:
                 b.error = exc
                 b.seq_start = b.seq_end = len(fake.trace)
@@ -157,7 +159,7 @@ class CudaWorld:
             try:
                 with self._implementation():
                     b.handle = call_on_register_thread(
-                        fake, impl.register, cudart, self.buffers[b.index], b.spec,
+                        fake, styles.register, impl, cudart, self.buffers[b.index], b.spec,
                         b.granularity, sc.chunk_limit)
                 b.registered = True
             except (CallBudgetExceeded, MemoryError):
@@ -207,7 +209,7 @@ class CudaWorld:
             self.progress.step(f"teardown round {round_ + 1}", b.spec.name)
             try:
                 with self._implementation():
-                    call_on_register_thread(self.fake, impl.teardown, self.cudart(),
+                    call_on_register_thread(self.fake, styles.teardown, impl, self.cudart(),
                                             self.buffers[b.index], b.handle)
             except (CallBudgetExceeded, MemoryError):
                 raise
@@ -260,6 +262,12 @@ class CudaTarget:
 
     name = "cuda"
     steps = ("register", "transfers", "teardown", "teardown-after-failure")
+    watched_env = (ENV_CHUNK_GB,)
+    default_machine: tuple[Any, ...] = ("h200-r580",)
+    title = "CUDA"
+    style_calls = styles.STYLE_CALLS
+    options_table: str | None = None
+    takes_base_offset = True
 
     def process_config(self, sc: Scenario) -> ProcessConfig:
         """The chunk-limit variable and the device profile (code may read both once)."""
@@ -273,7 +281,7 @@ class CudaTarget:
         return []
 
     def build(self, sc: Scenario, impl: Implementation, backend: Any) -> CudaWorld:
-        why_not = impl.check_limit(sc.chunk_limit) or impl.contract.scenario_skip_reason(
+        why_not = styles.check_limit(impl, sc.chunk_limit) or impl.contract.scenario_skip_reason(
             sc.expect, sc.contract)
         if why_not:
             raise SkipScenario(why_not)

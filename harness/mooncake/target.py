@@ -49,6 +49,7 @@ from kvreg.harness.run.progress import Progress
 from kvreg.harness.run.result import CallBudgetExceeded, Violation
 from kvreg.harness.run.target import CannotRun, ProcessConfig, SkipScenario
 
+from . import styles
 from .checks import McBuffer, McRecord, check_mooncake_run, mooncake_warnings
 from .io import (
     IoPlanError,
@@ -244,9 +245,9 @@ def _register(run: _Run, impl: Implementation, nodes: tuple[str, ...],
             progress.step("register", pb.spec.name)
             try:
                 with counting():
-                    b.handle = impl.register_mr(store, pb.base, pb.nbytes,
-                                                max_mr_size=None if own_limit else run.limit,
-                                                granularity=b.granularity)
+                    b.handle = styles.register_mr(
+                        impl, store, pb.base, pb.nbytes,
+                        max_mr_size=None if own_limit else run.limit, granularity=b.granularity)
                 b.registered = True
             except (CallBudgetExceeded, MemoryError):
                 raise
@@ -351,7 +352,7 @@ class MooncakeWorld:
                     self.run.stores[b.pool.node].close()
                     continue
                 with self._implementation():
-                    impl.teardown_mr(self.run.stores[b.pool.node], b.handle)
+                    styles.teardown_mr(impl, self.run.stores[b.pool.node], b.handle)
             except (CallBudgetExceeded, MemoryError):
                 raise
             except Exception as exc:
@@ -388,6 +389,15 @@ class MooncakeTarget:
 
     name = "mooncake"
     steps = ("register", "transfers", "teardown")
+    watched_env = (ENV_MR,)
+    # the released store, one mlx5 NIC, no device MR cap, no protection-domain split
+    default_machine: tuple[Any, ...] = ("released", (("mlx5_0", "mlx5"),), None, False)
+    title = "Mooncake"
+    style_calls = styles.STYLE_CALLS
+    # the MR limit the store computes (``kvreg plan --mc-max-mr-size`` plans against it)
+    effective_mr_limit = staticmethod(effective_mr_limit)
+    options_table: str | None = "mooncake"
+    takes_base_offset = False
 
     def validate_options(self, options: Mapping[str, Any]) -> list[str]:
         return validate_options(options)
@@ -395,7 +405,7 @@ class MooncakeTarget:
     def process_config(self, sc: Scenario) -> ProcessConfig:
         """``MC_MAX_MR_SIZE`` and the deployment's store profile and NICs (code may read
         them once: the variable at import, a NIC's max_mr_size into a module cache)."""
-        opts = MooncakeOptions.parse(sc.mooncake)
+        opts = MooncakeOptions.parse(sc.options)
         env = process_env(opts)
         machine = (opts.profile, opts.devices, opts.device_max_mr_size, opts.pd)
         return ProcessConfig("mooncake", ((ENV_MR, env.get(ENV_MR)),), machine)
@@ -412,10 +422,10 @@ class MooncakeTarget:
         return stack
 
     def build(self, sc: Scenario, impl: Implementation, backend: Any) -> MooncakeWorld:
-        if not impl.registers_mrs():
+        if not styles.registers_mrs(impl):
             raise SkipScenario(f"the {impl.style} style registers CUDA buffers; Mooncake "
                                "scenarios need --style mooncake")
-        opts = MooncakeOptions.parse(sc.mooncake)
+        opts = MooncakeOptions.parse(sc.options)
         mirror = backend if hasattr(backend, "wrap_store") else None
         if mirror is not None and sc.memory != "real":
             raise SkipScenario("fake-only on the real store: a virtual pool has no memory "
@@ -423,7 +433,7 @@ class MooncakeTarget:
         why_not = impl.contract.scenario_skip_reason(sc.expect, sc.contract)
         if why_not:
             raise SkipScenario(why_not)
-        if opts.limit == "own" and not impl.computes_own_mr_limit():
+        if opts.limit == "own" and not styles.computes_own_mr_limit(impl):
             raise SkipScenario("this scenario passes max_mr_size=None for the implementation "
                                "to compute its own MR limit; a register whose max_mr_size "
                                "defaults to None says it does")

@@ -7,12 +7,9 @@ with cudart from ``torch.cuda.cudart()`` and the limit from
 ``register(ptr, nbytes, *, granularity, chunk_limit)`` / ``teardown(ranges)`` and leave the code
 to reach CUDA itself: libcudart through ``ctypes.CDLL`` (the approach of current vLLM, which
 keeps registration and error draining on one runtime handle) or ``cuda.bindings.driver``'s
-``cuMemHostRegister`` (which leaves runtime error state alone). The sglang style gets the
-granularity the real pool passes (None where upstream registers in one call); the reference
-gets kvreg's copy unit, because it chunks every layout; the generic, ctypes and driver styles
-get the pool's granularity where it passes one and kvreg's copy unit where it passes None (a
-None would leave such an implementation no safe way to chunk a pool above the per-call
-ceiling).
+``cuMemHostRegister`` (which leaves runtime error state alone). Each target says how the
+styles it runs are called on it and which reference it has (``Target.style_calls``, its
+``styles.py``); this module loads an implementation and checks its signatures against them.
 
 The keywords ``chunk_limit``, ``granularity`` (and Mooncake's ``max_mr_size``) are contracts
 the implementation declares (:mod:`.contract`): one its register does not take, or takes with
@@ -27,56 +24,42 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvreg.harness.cuda import reference
-from kvreg.harness.mooncake import reference as mooncake_reference
-from kvreg.harness.plan.chunking import reference_unit
-from kvreg.harness.pools import BufferSpec
-from kvreg.harness.pools.base import ExtentFamily
-
 from .contract import ABSENT, Contract, contract_of, declared_repeatable
 from .process import EnvRead, import_scope, installed, watching_env
-from .style_names import SELF_REACHING, STYLES
+from .style_names import CLOSING_STYLE, STYLES, USER_STYLES
+from .targets import TARGETS, get_target
 
-__all__ = ["STYLE_CALLS", "Implementation", "ImplementationError", "check_signature",
-           "load_callable", "make_implementation"]
-
-GiB = 1 << 30
-
+__all__ = ["Implementation", "ImplementationError", "check_signature",
+           "load_callable", "make_implementation", "style_calls"]
 
 class ImplementationError(ValueError):
     """A SPEC that cannot be loaded, or a style that cannot run a scenario."""
 
 
-# how each style calls the two functions: the signature shown in usage errors, and the
+# how a style calls one of the two functions: the signature shown in usage errors, and the
 # positional arguments and keywords (placeholders) a signature must bind
-_P = None
-STYLE_CALLS: dict[str, tuple[tuple[str, tuple[Any, ...], tuple[str, ...]],
-                             tuple[str, tuple[Any, ...], tuple[str, ...]]]] = {
-    "sglang": (("register(buffer, granularity)", (_P, _P), ()),
-               ("teardown(buffer)", (_P,), ())),
-    "generic": (("register(cudart, ptr, nbytes, *, granularity, chunk_limit)", (_P, 0, 0),
-                 ("granularity", "chunk_limit")),
-                ("teardown(cudart, ranges)", (_P, _P), ())),
-    "ctypes": (("register(ptr, nbytes, *, granularity, chunk_limit)", (0, 0),
-                ("granularity", "chunk_limit")),
-               ("teardown(ranges)", (_P,), ())),
-    "mooncake": (("register(store, ptr, nbytes, *, max_mr_size, granularity)", (_P, 0, 0),
-                  ("max_mr_size", "granularity")),
-                 ("teardown(store, ranges)", (_P, _P), ())),
-}
-STYLE_CALLS["driver"] = STYLE_CALLS["ctypes"]
+StyleCall = tuple[str, tuple[Any, ...], tuple[str, ...]]
+
+
+def style_calls() -> dict[str, tuple[StyleCall, StyleCall]]:
+    """style -> how it calls register and teardown, from every target that runs it
+    (Target.style_calls: each target says how the styles it runs are called on it)."""
+    calls: dict[str, tuple[StyleCall, StyleCall]] = {}
+    for name in TARGETS:
+        calls.update(get_target(name).style_calls)
+    return calls
 
 
 def check_signature(fn: Callable[..., Any], style: str, role: int, option: str,
                     spec: str) -> None:
     """Refuse, before anything runs, a function the style's call cannot bind to
     (``role`` 0: register, 1: teardown); a signature Python cannot read is taken as is."""
-    expected, args, keywords = STYLE_CALLS[style][role]
+    expected, args, keywords = style_calls()[style][role]
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -159,7 +142,7 @@ class Implementation:
     teardown_fn: Callable[..., Any] | None = None
     # "required" / "optional" for the whole run, over each scenario's own ``pinning``
     pinning: str | None = None
-    # mooncake style: teardown is closing the store (``--teardown close``)
+    # the closing style's teardown is closing the store (``--teardown close``)
     teardown_close: bool = False
     # how it was loaded (impl, teardown, style, base), so a worker can import it anew with
     # its configuration set (harness/run/process.py); the modules that load added; the
@@ -196,93 +179,6 @@ class Implementation:
                                         close=self.teardown_close)
         return self.declared
 
-    def granularity(self, spec: BufferSpec, limit: int,
-                    families: Sequence[ExtentFamily] | None, index: int) -> int | None:
-        """The granularity register gets (None too where its register declares none); a
-        copy unit is chosen under ``limit`` only where the register declares a chunk limit."""
-        if self.style in ("generic", *SELF_REACHING):
-            if not self.contract.granularity:
-                return None
-            if spec.granularity is None:
-                return reference_unit(spec, limit if self.contract.limit else 1 << 62,
-                                      families, index)[0]
-        if self.style == "reference":
-            return reference_unit(spec, limit, families, index)[0]
-        return spec.granularity
-
-    def register(self, cudart: Any, buffer: Any, spec: BufferSpec, granularity: int | None,
-                 limit: int) -> Any:
-        """Register one buffer; returns the handle teardown needs."""
-        if self.style == "reference":
-            return reference.register(cudart, int(buffer.data_ptr()), spec.nbytes,
-                                      granularity=granularity, chunk_limit=limit)
-        assert self.register_fn is not None
-        keywords = self.contract.kwargs(granularity=granularity, chunk_limit=limit)
-        if self.style == "generic":
-            return self.register_fn(cudart, int(buffer.data_ptr()), spec.nbytes, **keywords)
-        if self.style in SELF_REACHING:
-            return self.register_fn(int(buffer.data_ptr()), spec.nbytes, **keywords)
-        if self.style == "sglang":
-            self.register_fn(buffer, granularity)   # upstream passes G positionally
-            return buffer
-        raise ImplementationError(f"style {self.style!r} does not register CUDA buffers")
-
-    def teardown(self, cudart: Any, buffer: Any, handle: Any) -> Any:
-        if self.style == "reference":
-            return reference.teardown(cudart, handle)
-        assert self.teardown_fn is not None
-        if self.style == "generic":
-            return self.teardown_fn(cudart, handle)
-        if self.style in SELF_REACHING:
-            return self.teardown_fn(handle)
-        return self.teardown_fn(buffer)
-
-    def check_limit(self, limit: int) -> str | None:
-        """Why this style cannot express a chunk limit, or None."""
-        if self.style == "mooncake":
-            return ("the mooncake style registers with a Mooncake store; this scenario "
-                    "registers with CUDA")
-        if self.style == "sglang" and limit % GiB:
-            return (f"the sglang style reads whole GiB from SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB;"
-                    f" this scenario's limit is {limit} bytes")
-        return None
-
-    # -- mooncake style: MRs through a Mooncake store (harness.mooncake.target) ------------
-    def register_mr(self, store: Any, ptr: int, nbytes: int, *, max_mr_size: int | None,
-                    granularity: int | None) -> Any:
-        """Register one buffer with the store; returns the ranges teardown_mr needs."""
-        if self.style == "reference":
-            return mooncake_reference.register(store, ptr, nbytes, max_mr_size=max_mr_size,
-                                               granularity=granularity)
-        if self.style == "mooncake":
-            assert self.register_fn is not None
-            return self.register_fn(store, ptr, nbytes, **self.contract.kwargs(
-                max_mr_size=max_mr_size, granularity=granularity))
-        raise ImplementationError(f"style {self.style!r} registers CUDA buffers, not MRs "
-                                  "with a Mooncake store (use --style mooncake)")
-
-    def teardown_mr(self, store: Any, ranges: Any) -> Any:
-        """Unregister what register_mr returned (called once per teardown round that the
-        contract lets run)."""
-        if self.teardown_close:
-            return store.close()
-        if self.style == "reference":
-            return mooncake_reference.teardown(store, ranges)
-        assert self.teardown_fn is not None
-        return self.teardown_fn(store, ranges)
-
-    def computes_own_mr_limit(self) -> bool:
-        """Whether register_mr accepts ``max_mr_size=None`` and then computes the limit
-        itself: the reference does; a mooncake-style function says so by giving the
-        parameter the default None, or by not taking it."""
-        if self.style == "reference":
-            return True
-        return self.style == "mooncake" and not self.contract.limit
-
-    def registers_mrs(self) -> bool:
-        """Whether this implementation can run Mooncake scenarios."""
-        return self.style in ("reference", "mooncake")
-
 
 def make_implementation(impl: str | None = None, teardown: str | None = None,
                         style: str | None = None, *, base: Path | None = None,
@@ -304,14 +200,14 @@ def make_implementation(impl: str | None = None, teardown: str | None = None,
         return Implementation("reference", "kvreg reference")
     style = style or "sglang"
     if style not in STYLES or style == "reference":
-        raise ImplementationError(f"{o_style} must be one of sglang, generic, mooncake, "
-                                  f"ctypes, driver; got {style!r}")
+        raise ImplementationError(f"{o_style} must be one of {', '.join(USER_STYLES)}; "
+                                  f"got {style!r}")
     before = set(sys.modules)
     with watching_env() as reads, import_scope():
         register_fn = load_callable(impl, base, o_impl)
-        if teardown == "close" and style != "mooncake":
+        if teardown == "close" and style != CLOSING_STYLE:
             raise ImplementationError(f"{o_teardown} close closes a Mooncake store: it needs "
-                                      f"{o_style} mooncake")
+                                      f"{o_style} {CLOSING_STYLE}")
         check_signature(register_fn, style, 0, o_impl, impl)
         teardown_fn = None
         if teardown != "close":

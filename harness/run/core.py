@@ -128,10 +128,7 @@ def _run(sc: Scenario, impl: Implementation, *, keep_trace: bool, backend: Any,
         result.violations = dedupe(locate(world.judge(), sites))
         result.warnings = dedupe(locate(world.warnings(), sites))
         result.calls = world.calls()
-        # optional on a world: how its copy step covered the pool's pages (pages copied,
-        # total, how the rest were proven), reported as the result's ``copy``
-        coverage = getattr(world, "copy_coverage", None)
-        result.copy = coverage() if callable(coverage) else None
+        result.copy = world.copy_coverage()
         if keep_trace or result.violations:
             result.trace_text = world.trace_text(200)
     except MemoryError:

@@ -35,17 +35,15 @@ from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from .target import ProcessConfig
-from .targets import get_target
+from .targets import default_configs, get_target, watched_env
 
 if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
 
-__all__ = ["DEFAULT_MACHINES", "WATCHED_ENV", "EnvRead", "apply_config_env", "import_conflict",
+__all__ = ["EnvRead", "apply_config_env", "import_conflict",
            "import_scope", "installed", "note_env_reads", "prepare_worker", "process_config",
            "same_deployment", "watched_values", "watching_env"]
 
-# the variables kvreg sets per scenario (harness/cuda/target.py, harness/mooncake/target.py)
-WATCHED_ENV = ("SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB", "MC_MAX_MR_SIZE")
 _NO_CONFIG = ProcessConfig("none")
 
 EnvRead = tuple[str, str, str | None]    # (variable, module that read it, value it saw)
@@ -70,7 +68,7 @@ class _WatchedEnviron(MutableMapping[str, str]):
         self._reads = reads
 
     def _note(self, key: object) -> None:
-        if key in WATCHED_ENV:
+        if key in watched_env():
             self._reads.append((str(key), _reader(3), self._real.get(str(key))))
 
     def __getitem__(self, key: str) -> str:
@@ -118,7 +116,7 @@ class _NotingEnviron(os._Environ):   # type: ignore[type-arg]
     outside kvreg is noted (the object, its data and every other method stay the same)."""
 
     def __getitem__(self, key: str) -> str:
-        if key in WATCHED_ENV and not _reader(2).startswith("kvreg."):
+        if key in watched_env() and not _reader(2).startswith("kvreg."):
             _READS_OUTSIDE_KVREG.add(key)
         return super().__getitem__(key)  # type: ignore[no-any-return]
 
@@ -129,6 +127,7 @@ def note_env_reads() -> set[str]:
     taken earlier: the object stays the same, only its class gains the note); returns the
     live set. A worker calls this once: it decides whether the worker may serve another
     configuration (:func:`same_deployment`)."""
+    watched_env()    # every target imported before a read can ask (no import inside a read)
     if type(os.environ) is os._Environ:
         os.environ.__class__ = _NotingEnviron
     return _READS_OUTSIDE_KVREG
@@ -136,7 +135,7 @@ def note_env_reads() -> set[str]:
 
 def watched_values() -> dict[str, str | None]:
     """The watched variables as this process has them now."""
-    return {key: os.environ.get(key) for key in WATCHED_ENV}
+    return {key: os.environ.get(key) for key in watched_env()}
 
 
 def _effective(config: ProcessConfig, base: dict[str, str | None]) -> dict[str, str | None]:
@@ -147,7 +146,7 @@ def _effective(config: ProcessConfig, base: dict[str, str | None]) -> dict[str, 
 def _full_machine(config: ProcessConfig) -> tuple[tuple[str, tuple[Any, ...]], ...]:
     """The machine of every target a worker of ``config`` imports under (import_scope)."""
     return tuple((name, config.machine if config.target == name else default.machine)
-                 for name, default in sorted(DEFAULT_MACHINES.items()))
+                 for name, default in sorted(default_configs().items()))
 
 
 def same_deployment(old: ProcessConfig, new: ProcessConfig, base: dict[str, str | None],
@@ -176,6 +175,7 @@ def apply_config_env(config: ProcessConfig, base: dict[str, str | None]) -> None
 def watching_env() -> Iterator[list[EnvRead]]:
     """For the block (an import), note every read of a watched variable and by whom."""
     reads: list[EnvRead] = []
+    watched_env()    # every target imported before a read can ask (no import inside a read)
     real = os.environ
     os.environ = _WatchedEnviron(real, reads)  # type: ignore[assignment]  # noqa: B003
     try:
@@ -223,12 +223,6 @@ def _config_env(config: ProcessConfig) -> Iterator[None]:
     yield
 
 
-# the machine an import sees when no configuration is chosen yet: each target's defaults
-DEFAULT_MACHINES = {"cuda": ProcessConfig("cuda", (), ("h200-r580",)),
-                    "mooncake": ProcessConfig("mooncake", (), ("released", (("mlx5_0", "mlx5"),),
-                                                               None, False))}
-
-
 _IMPORTING: list[bool] = []
 
 
@@ -247,7 +241,9 @@ def import_scope(config: ProcessConfig | None = None) -> Iterator[None]:
         _IMPORTING.append(True)
         stack.callback(_IMPORTING.pop)
         stack.enter_context(retire_scope())
-        for name, default in DEFAULT_MACHINES.items():
+        # the machine an import sees when no configuration is chosen yet: each target's
+        # default (Target.default_machine)
+        for name, default in default_configs().items():
             chosen = config if config is not None and config.target == name else default
             target: Any = get_target(name)
             stack.enter_context(target.import_scope(chosen))

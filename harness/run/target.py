@@ -88,12 +88,34 @@ class World(Protocol):
     def trace_text(self, limit: int) -> str:
         """The recorded calls, for a report."""
 
+    def copy_coverage(self) -> dict[str, Any] | None:
+        """How the copy step covered the pool's pages (pages copied, total, how the rest
+        were proven), reported as the result's ``copy``; None where it did not run or the
+        target has no copy step."""
+
 
 class Target(Protocol):
     """What the runner core and scenario validation ask of a target."""
 
     name: str
     steps: tuple[str, ...]   # the exercise steps it offers
+    # the environment variables it sets per scenario (ProcessConfig.env): a worker notes
+    # which of them code outside kvreg reads (harness/run/process.py)
+    watched_env: tuple[str, ...]
+    # the machine (ProcessConfig.machine) its fakes model while code is imported before a
+    # scenario has chosen one
+    default_machine: tuple[Any, ...]
+    # its name in messages ("a table of Mooncake options")
+    title: str
+    # the scenario key of the table of its own options (kept in Scenario.options and
+    # checked by validate_options), or None where it reads none
+    options_table: str | None
+    # style -> how an implementation of that style calls (register, teardown) on it (the
+    # styles it runs; adapters.StyleCall); its world calls the style and its own reference
+    style_calls: Mapping[str, tuple[Any, Any]]
+    # whether its buffers can start ``[pool] base_offset`` bytes into a page (the target
+    # that places its buffers itself says no)
+    takes_base_offset: bool
 
     def validate_options(self, options: Mapping[str, Any]) -> list[str]:
         """Problems with the scenario's table named after the target (empty when valid)."""

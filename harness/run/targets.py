@@ -3,6 +3,8 @@
 It imports no target at module level, so scenario validation can ask a target about its
 options without the runner, and a target's fakes load only when a scenario names it.
 Importing a target also declares its fakes' fault points (``mooncake.*``, ``verbs.*``).
+What the generic layers need from every target at once (the environment variables they
+watch, the machine a worker imports under by default) is read here from the targets.
 """
 
 from __future__ import annotations
@@ -10,16 +12,21 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, cast
 
+from .target import ProcessConfig
+
 if TYPE_CHECKING:
     from .target import Target
 
-__all__ = ["TARGETS", "get_target"]
+__all__ = ["DEFAULT_TARGET", "TARGETS", "default_configs", "get_target", "option_tables",
+           "watched_env"]
 
 # name -> module whose TARGET attribute is the target object
 TARGETS: dict[str, str] = {
     "cuda": "kvreg.harness.cuda.target",
     "mooncake": "kvreg.harness.mooncake.target",
 }
+# the target of a scenario that names none
+DEFAULT_TARGET = "cuda"
 
 
 def get_target(name: str) -> Target:
@@ -29,3 +36,37 @@ def get_target(name: str) -> Target:
     except KeyError:
         raise KeyError(f"unknown target {name!r}; known: {', '.join(TARGETS)}") from None
     return cast("Target", importlib.import_module(module).TARGET)
+
+
+_WATCHED: list[tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = []
+
+
+def watched_env() -> tuple[str, ...]:
+    """Every registered target's watched variables (computed again only when the registry
+    changes: it is asked on every ``os.environ`` read of a worker, process.py)."""
+    key = tuple(TARGETS.items())
+    if _WATCHED and _WATCHED[0][0] == key:
+        return _WATCHED[0][1]
+    names: list[str] = []
+    for name in TARGETS:
+        names += [v for v in get_target(name).watched_env if v not in names]
+    _WATCHED[:] = [(key, tuple(names))]
+    return tuple(names)
+
+
+def default_configs() -> dict[str, ProcessConfig]:
+    """name -> the configuration of each target's default machine (what an import sees
+    when no scenario has chosen one yet)."""
+    return {name: ProcessConfig(name, (), get_target(name).default_machine)
+            for name in TARGETS}
+
+
+def option_tables() -> dict[str, str]:
+    """A scenario's table of target options -> the target it belongs to (every target that
+    reads a table of its own, Target.options_table)."""
+    tables = {}
+    for name in TARGETS:
+        key = get_target(name).options_table
+        if key is not None:
+            tables[key] = name
+    return tables

@@ -13,7 +13,7 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvreg.fakes.cuda.profile import PROFILES, profile_with_options
 from kvreg.fakes.faults import FaultPlan, FaultPlanError
@@ -26,9 +26,12 @@ from kvreg.harness.pools import (
 )
 from kvreg.harness.run.contract import REPEATABLE_TEARDOWN
 from kvreg.harness.run.endstate import PINNING
-from kvreg.harness.run.targets import TARGETS, get_target
+from kvreg.harness.run.targets import DEFAULT_TARGET, TARGETS, get_target, option_tables
 from kvreg.harness.scenario.ids import catalog_folder, file_id
 from kvreg.harness.scenario.size_limits import REAL_LIMIT, real_memory_problem, size_problem
+
+if TYPE_CHECKING:
+    from kvreg.harness.run.target import Target
 
 __all__ = ["EXERCISES", "EXPECTATIONS", "FORMAT_VERSION", "Scenario", "ScenarioError",
            "bundled_root", "discover", "load_file", "load_paths"]
@@ -41,7 +44,7 @@ CONTRACTS = (REPEATABLE_TEARDOWN,)
 MEMORY = ("virtual", "real")
 _SCENARIO_KEYS = {"name", "guards", "pages", "total_gib", "chunk_gb", "chunk_bytes",
                   "profile", "faults", "exercise", "expect", "memory", "empty", "params",
-                  "call_budget", "tags", "backends", "target", "mooncake", "pinning",
+                  "call_budget", "tags", "backends", "target", "pinning",
                   "profile_options", "contract"}
 _TOP_KEYS = {"format", "pool", "defaults", "scenario"}
 _POOL_KEYS = {"type", "params", "memory", "base_offset"}
@@ -76,10 +79,10 @@ class Scenario:
     call_budget: int = 100_000
     tags: tuple[str, ...] = ()
     backends: tuple[str, ...] = ("fake", "cuda")
-    # "cuda" (cudaHostRegister through the cudart faces) or "mooncake" (the store's
-    # register_buffer over the fake RDMA fabric; options in the ``mooncake`` table)
-    target: str = "cuda"
-    mooncake: Mapping[str, Any] = field(default_factory=dict)
+    # a name of the target registry (harness/run/targets.py)
+    target: str = DEFAULT_TARGET
+    # the target's own table (Target.options_table), as the target validated it
+    options: Mapping[str, Any] = field(default_factory=dict)
     # "required": register must pin every byte; "optional": pinning nothing also passes
     pinning: str = "required"
     # [UNC] behaviours of the device profile switched for this scenario (profile.UNC_OPTIONS)
@@ -188,7 +191,9 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
         return None
     merged = {**defaults, **raw}
     before = len(ctx.errors)
-    _unknown(ctx, raw, _SCENARIO_KEYS, "scenario")
+    # the tables of target options: known (each target imported) only where one is there
+    tables = option_tables() if any(key not in _SCENARIO_KEYS for key in merged) else {}
+    _unknown(ctx, raw, _SCENARIO_KEYS | set(tables), "scenario")
     name = merged.get("name")
     if not isinstance(name, str) or not name or "/" in name:
         ctx.fail("name", "a non-empty string without '/'", name)
@@ -227,7 +232,7 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
         ctx.fail("profile_options", f"[UNC] options of the device profile ({exc})",
                  profile_options)
         profile_options = {}
-    target = merged.get("target", "cuda")
+    target = merged.get("target", DEFAULT_TARGET)
     # the target validates its own table and steps; importing it also declares its fakes'
     # fault points (mooncake.*, verbs.*) before the faults are checked
     target_obj = get_target(target) if isinstance(target, str) and target in TARGETS else None
@@ -275,20 +280,11 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
     if not isinstance(backends, list) or not set(backends) <= {"fake", "cuda"} or not backends:
         ctx.fail("backends", "a non-empty array of 'fake' and 'cuda'", backends)
         backends = ["fake"]
-    mooncake_opts = merged.get("mooncake", {})
-    if target_obj is None:
-        ctx.fail("target", " or ".join(repr(name) for name in TARGETS), target)
-    elif not isinstance(mooncake_opts, Mapping):
-        ctx.fail("mooncake", "a table of Mooncake options", mooncake_opts)
-    elif target == "mooncake":
-        for problem in target_obj.validate_options(dict(mooncake_opts)):
-            ctx.fail("mooncake", problem, None)
-    elif mooncake_opts:
-        ctx.fail("mooncake", "no mooncake table unless target = 'mooncake'", None)
+    own_options = _target_options(ctx, merged, target_obj, tables)
     pinning = merged.get("pinning", "required")
     if pinning not in PINNING:
         ctx.fail("pinning", f"one of {list(PINNING)}", pinning)
-    base_offset = _base_offset(ctx, pool, str(memory), target)
+    base_offset = _base_offset(ctx, pool, str(memory), target_obj)
     if len(ctx.errors) > before or not isinstance(pool_type, str):
         return None
     try:
@@ -318,14 +314,40 @@ def _resolve(ctx: _Ctx, raw: Mapping[str, Any], pool: Mapping[str, Any],
                     profile=str(profile), faults=tuple(dict(f) for f in faults),
                     exercise=tuple(exercise), expect=str(expect), empty=bool(empty),
                     call_budget=budget, tags=tuple(tags), backends=tuple(backends),
-                    target=str(target), mooncake=dict(mooncake_opts), pinning=str(pinning),
+                    target=str(target), options=own_options, pinning=str(pinning),
                     profile_options=dict(profile_options), base_offset=base_offset,
                     chunk_var=chunk_var, contract=judges)
 
 
-def _base_offset(ctx: _Ctx, pool: Mapping[str, Any], memory: str, target: Any) -> int:
+def _target_options(ctx: _Ctx, merged: Mapping[str, Any], target: Target | None,
+                    tables: Mapping[str, str]) -> dict[str, Any]:
+    """The scenario's table of its target's own options, validated by the target; a table
+    of another target's options is an error unless empty."""
+    if target is None:
+        ctx.fail("target", " or ".join(repr(name) for name in TARGETS), merged.get("target"))
+        return {}
+    own: dict[str, Any] = {}
+    keys = dict(tables)
+    if target.options_table is not None:
+        keys[target.options_table] = target.name
+    for key, owner in keys.items():
+        value = merged.get(key, {})
+        if not isinstance(value, Mapping):
+            ctx.fail(key, f"a table of {get_target(owner).title} options", value)
+        elif owner == target.name:
+            own = dict(value)
+            for problem in target.validate_options(own):
+                ctx.fail(key, problem, None)
+        elif value:
+            ctx.fail(key, f"no {key} table unless target = '{owner}'", None)
+    return own
+
+
+def _base_offset(ctx: _Ctx, pool: Mapping[str, Any], memory: str, target: Target | None
+                 ) -> int:
     """[pool] base_offset: an int (a multiple of 16 below 2 MiB) or "torch"; virtual
-    buffers of the cuda target only (real ones are torch's own allocations already)."""
+    buffers of a target that takes an offset only (Target.takes_base_offset: the one that
+    places its buffers itself does not; real ones are torch's own allocations already)."""
     if "base_offset" not in pool:
         return 0
     raw = pool["base_offset"]
@@ -338,9 +360,11 @@ def _base_offset(ctx: _Ctx, pool: Mapping[str, Any], memory: str, target: Any) -
     if value and memory != "virtual":
         ctx.fail("pool.base_offset", 'memory = "virtual" (a real buffer is torch\'s own '
                  "allocation, at the base torch gives it)", None)
-    if value and target != "cuda":
-        ctx.fail("pool.base_offset", 'target = "cuda" (the Mooncake target places its '
-                 "buffers itself)", None)
+    if value and target is not None and not target.takes_base_offset:
+        takers = " or ".join(f'"{name}"' for name in TARGETS
+                             if get_target(name).takes_base_offset)
+        ctx.fail("pool.base_offset", f"target = {takers} (the {target.title} target places "
+                 "its buffers itself)", None)
     return value
 
 

@@ -43,17 +43,10 @@ TARGET_ROOMS = ("kvreg.harness.cuda", "kvreg.harness.mooncake")
 # the registry names every target; it imports them by module name (importlib), never by an
 # import statement, but it is the one generic module that may
 TARGET_REGISTRY = {"kvreg.harness.run.targets"}
-# Imports of a target's room from a generic layer that issue 26 §1 ("Targets own their
-# knowledge") removes: the implementation styles call both targets' references, and `kvreg
-# plan` shows Mooncake's MR limit. The list only shrinks: a new entry fails the check, and an
-# entry whose import is gone fails until it is removed.
-GENERIC_TO_TARGET_ISSUE_26: set[tuple[str, str]] = {
-    ("kvreg.harness.cli.plan", "kvreg.harness.mooncake.reference"),
-    ("kvreg.harness.run.adapters", "kvreg.harness.cuda"),
-    ("kvreg.harness.run.adapters", "kvreg.harness.cuda.reference"),
-    ("kvreg.harness.run.adapters", "kvreg.harness.mooncake"),
-    ("kvreg.harness.run.adapters", "kvreg.harness.mooncake.reference"),
-}
+# Imports of a target's room from a generic layer being removed on their own branches; none
+# today. The list only shrinks: a new entry fails the check, and an entry whose import is
+# gone fails until it is removed.
+GENERIC_TO_TARGET_ISSUE_26: set[tuple[str, str]] = set()
 
 
 def modules() -> dict[str, tuple[Path, bool]]:

@@ -132,7 +132,7 @@ def test_keeping_an_earlier_scenarios_store_is_an_error_not_a_fail() -> None:
                                str(IMPLS / "mooncake_caching.py:keeps_first_store_teardown"),
                                "mooncake")
     # three scenarios of one process configuration: one worker runs them in turn
-    candidates = [sc for sc in _catalog() if sc.target == "mooncake" and not sc.mooncake.get("pd")]
+    candidates = [sc for sc in _catalog() if sc.target == "mooncake" and not sc.options.get("pd")]
     config = process_config(candidates[0])
     chosen = [sc for sc in candidates if process_config(sc) == config][:3]
     assert len(chosen) == 3

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvreg.harness.cli import main
+from kvreg.harness.mooncake.styles import computes_own_mr_limit
 from kvreg.harness.run.adapters import Implementation, make_implementation
 from kvreg.harness.run.core import run_scenario
 from kvreg.harness.run.result import ScenarioResult
@@ -234,11 +235,11 @@ def test_correct_variants_pass_the_whole_catalog(name: str) -> None:
     # and those whose teardown declares no repeatable teardown skip the scenarios that judge
     # only that contract (a failed unregister retried by the next round)
     skipped = {sid for sid, r in results.items() if r.verdict == "skip"}
-    own = {sid for sid, sc in CATALOG.items() if sc.mooncake.get("limit") == "own"}
+    own = {sid for sid, sc in CATALOG.items() if sc.options.get("limit") == "own"}
     rejected = {sid for sid, sc in CATALOG.items() if sc.expect == "rejected"}
     retry = {sid for sid, sc in CATALOG.items() if sc.contract == "repeatable-teardown"}
     assert len(retry) == 3
-    computes_own = impl(name).computes_own_mr_limit()
+    computes_own = computes_own_mr_limit(impl(name))
     repeats = impl(name).contract.repeatable
     assert repeats == (name in ("other_mr_size", "forward_rollback"))
     assert skipped == (rejected if computes_own else own) | (set() if repeats else retry)

@@ -38,8 +38,8 @@ def test_catalog_covers_the_issue() -> None:
     assert {p.stem for p in REGRESSIONS} >= {
         "mooncake_fastdeploy_unaligned_seams", "mooncake_fastdeploy_no_rollback",
         "mooncake_multi_buffer_packing", "mooncake_sglang_whole_pool_register"}
-    assert {sc.mooncake.get("profile", "released") for sc in CATALOG} == {"released", "head"}
-    assert any(sc.mooncake.get("pd") for sc in CATALOG)
+    assert {sc.options.get("profile", "released") for sc in CATALOG} == {"released", "head"}
+    assert any(sc.options.get("pd") for sc in CATALOG)
     assert any(sc.pool_type == "group" for sc in CATALOG)
 
 

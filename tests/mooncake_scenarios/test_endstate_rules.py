@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from kvreg.harness.mooncake.styles import computes_own_mr_limit
 from kvreg.harness.run.adapters import ImplementationError, make_implementation
 from kvreg.harness.run.core import run_scenario
 from kvreg.harness.run.result import ScenarioResult
@@ -72,7 +73,7 @@ def test_own_limit_scenarios_pass_none_and_reach_the_nics(tmp_path: Path) -> Non
         def teardown(store: Any, ranges: list) -> None:
             pass
         """)
-    assert impl.computes_own_mr_limit()
+    assert computes_own_mr_limit(impl)
     run_scenario(CATALOG["mooncake/own_mr_limit/own-limit-ionic-nic"], impl)
     # None for the limit, the ionic NIC's 2 GiB, FastDeploy's written-back 4 GiB
     assert seen.read_text().split("\n")[0] == f"None ['ionic_0'] {2 * GiB} {4 * GiB}"
@@ -80,7 +81,7 @@ def test_own_limit_scenarios_pass_none_and_reach_the_nics(tmp_path: Path) -> Non
 
 def test_an_implementation_that_needs_the_limit_is_skipped_saying_why() -> None:
     impl = make_implementation(f"{IMPLS / 'other_mr_size'}.py:register", None, "mooncake")
-    assert not impl.computes_own_mr_limit()
+    assert not computes_own_mr_limit(impl)
     result = run_scenario(CATALOG["mooncake/own_mr_limit/own-limit-ionic-nic"], impl)
     assert result.verdict == "skip"
     assert "passes max_mr_size=None" in result.reason

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from kvreg.harness.run.adapters import (
-    STYLE_CALLS,
     ImplementationError,
     check_signature,
     make_implementation,
+    style_calls,
 )
 
 MLA = "mla/page_first_direct/below-limit"
@@ -118,7 +118,7 @@ def test_wrong_signature_is_refused_naming_option_function_and_style(tmp_path: P
 def test_the_styles_own_calls_bind_to_their_documented_signatures() -> None:
     # the table the check uses is the adapter's real call: a function with exactly the
     # documented signature accepts it, one with an extra required parameter does not
-    for style, calls in STYLE_CALLS.items():
+    for style, calls in style_calls().items():
         for role, (expected, _args, _kw) in enumerate(calls):
             params = expected[expected.index("(") + 1:-1]
             exact = eval(f"lambda {params}: None")

@@ -59,10 +59,17 @@ class World:
         return [Violation("stub-note", "recovered")] if self.ok else []
     def calls(self): return 7
     def trace_text(self, limit): return f"trace {limit}"
+    def copy_coverage(self): return None
 
 class Target:
     name = "stub"
     steps = ("register", "transfers", "teardown")
+    watched_env = ()
+    default_machine = ()
+    title = "Stub"
+    options_table = None
+    style_calls = {}
+    takes_base_offset = True
     world = None
     def validate_options(self, options): return []
     def build(self, sc, impl, backend):

@@ -1,0 +1,100 @@
+"""How each implementation style is called on the cuda target (cudaHostRegister of a host
+pool): the granularity it gets, its register / teardown call, and the styles that cannot
+express a scenario's chunk limit.
+
+The sglang style gets the granularity the real pool passes (None where upstream registers
+in one call); the reference gets kvreg's copy unit, because it chunks every layout; the
+generic, ctypes and driver styles get the pool's granularity where it passes one and
+kvreg's copy unit where it passes None (a None would leave such an implementation no safe
+way to chunk a pool above the per-call ceiling). Loading and signatures: run/adapters.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from kvreg.harness.plan.chunking import reference_unit
+from kvreg.harness.pools import BufferSpec
+from kvreg.harness.pools.base import ExtentFamily
+from kvreg.harness.run.style_names import SELF_REACHING
+
+from . import reference
+
+if TYPE_CHECKING:
+    from kvreg.harness.run.adapters import Implementation, StyleCall
+
+__all__ = ["STYLE_CALLS", "check_limit", "granularity", "register", "teardown"]
+
+GiB = 1 << 30
+_P = None
+# how each style this target runs calls the two functions (adapters.StyleCall)
+STYLE_CALLS: dict[str, tuple[StyleCall, StyleCall]] = {
+    "sglang": (("register(buffer, granularity)", (_P, _P), ()),
+               ("teardown(buffer)", (_P,), ())),
+    "generic": (("register(cudart, ptr, nbytes, *, granularity, chunk_limit)", (_P, 0, 0),
+                 ("granularity", "chunk_limit")),
+                ("teardown(cudart, ranges)", (_P, _P), ())),
+    "ctypes": (("register(ptr, nbytes, *, granularity, chunk_limit)", (0, 0),
+                ("granularity", "chunk_limit")),
+               ("teardown(ranges)", (_P,), ())),
+}
+STYLE_CALLS["driver"] = STYLE_CALLS["ctypes"]
+
+
+def granularity(impl: Implementation, spec: BufferSpec, limit: int,
+                families: Sequence[ExtentFamily] | None, index: int) -> int | None:
+    """The granularity register gets (None too where its register declares none); a copy
+    unit is chosen under ``limit`` only where the register declares a chunk limit."""
+    if impl.style in ("generic", *SELF_REACHING):
+        if not impl.contract.granularity:
+            return None
+        if spec.granularity is None:
+            return reference_unit(spec, limit if impl.contract.limit else 1 << 62,
+                                  families, index)[0]
+    if impl.style == "reference":
+        return reference_unit(spec, limit, families, index)[0]
+    return spec.granularity
+
+
+def register(impl: Implementation, cudart: Any, buffer: Any, spec: BufferSpec,
+             granularity: int | None, limit: int) -> Any:
+    """Register one buffer; returns the handle teardown needs."""
+    if impl.style == "reference":
+        return reference.register(cudart, int(buffer.data_ptr()), spec.nbytes,
+                                  granularity=granularity, chunk_limit=limit)
+    assert impl.register_fn is not None
+    keywords = impl.contract.kwargs(granularity=granularity, chunk_limit=limit)
+    if impl.style == "generic":
+        return impl.register_fn(cudart, int(buffer.data_ptr()), spec.nbytes, **keywords)
+    if impl.style in SELF_REACHING:
+        return impl.register_fn(int(buffer.data_ptr()), spec.nbytes, **keywords)
+    if impl.style == "sglang":
+        impl.register_fn(buffer, granularity)   # upstream passes G positionally
+        return buffer
+    from kvreg.harness.run.adapters import ImplementationError  # the runner's, when it runs
+
+    raise ImplementationError(f"style {impl.style!r} does not register CUDA buffers")
+
+
+def teardown(impl: Implementation, cudart: Any, buffer: Any, handle: Any) -> Any:
+    """Undo what :func:`register` returned for one buffer."""
+    if impl.style == "reference":
+        return reference.teardown(cudart, handle)
+    assert impl.teardown_fn is not None
+    if impl.style == "generic":
+        return impl.teardown_fn(cudart, handle)
+    if impl.style in SELF_REACHING:
+        return impl.teardown_fn(handle)
+    return impl.teardown_fn(buffer)
+
+
+def check_limit(impl: Implementation, limit: int) -> str | None:
+    """Why this style cannot run a scenario of this target with ``limit``, or None."""
+    if impl.style == "mooncake":
+        return ("the mooncake style registers with a Mooncake store; this scenario "
+                "registers with CUDA")
+    if impl.style == "sglang" and limit % GiB:
+        return (f"the sglang style reads whole GiB from SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB;"
+                f" this scenario's limit is {limit} bytes")
+    return None
