@@ -13,7 +13,15 @@ import torch  # noqa: F401
 from kvreg.fakes.mooncake import FakeMooncake, MooncakeDistributedStore
 
 
-def test_import_reaches_the_fake_and_is_restored() -> None:
+@pytest.fixture
+def no_mooncake_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start from an interpreter where no ``mooncake`` module is loaded (an earlier test may
+    have imported the installed wheel); the test's end puts back whatever was there."""
+    for name in [m for m in sys.modules if m == "mooncake" or m.startswith("mooncake.")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+def test_import_reaches_the_fake_and_is_restored(no_mooncake_loaded: None) -> None:
     fake = FakeMooncake(env={})
     assert "mooncake" not in sys.modules
     with fake.patch():
@@ -105,7 +113,8 @@ def test_leaky_allowed(fake_mooncake):
 '''
 
 
-def test_fake_mooncake_fixture_through_pytester(pytester: pytest.Pytester) -> None:
+def test_fake_mooncake_fixture_through_pytester(pytester: pytest.Pytester,
+                                                no_mooncake_loaded: None) -> None:
     pytester.makepyfile(FIXTURE_TESTS)
     result = pytester.runpytest("-p", "no:cacheprovider", "--strict-markers")
     result.assert_outcomes(passed=4, failed=1)
