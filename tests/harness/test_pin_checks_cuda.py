@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from kvreg.fakes.recorder import TraceEntry
-from kvreg.harness.cuda.checks import BufferRun, RunRecord, check_run
+from kvreg.harness.cuda.checks import BufferRun, RunRecord, check_run, check_warnings
 from kvreg.harness.pools.registry import make_geometry
-from kvreg.harness.run.endstate import summarize_exception
+from kvreg.harness.run.endstate import Pending, summarize_exception
 
 GEO = make_geometry("mla", layout="page_first_direct", layer_num=2, kv_lora_rank=4,
                     qk_rope_head_dim=4, dtype="bfloat16", page_size=2, page_num=4)
@@ -214,6 +214,18 @@ def test_a_seam_cutting_a_page_comes_after_the_transfer_and_before_leaks() -> No
                                               "detail": ""})(),
                live_end=[(BASE + 128, 128)], teardown_start=60, exercised=TEARDOWN)
     assert rules(r) == ["transfer-failed", "seams-aligned", "leak"]
+
+
+def test_a_private_runtimes_pending_error_is_said_after_the_calls_warnings() -> None:
+    # a NULL unregister in teardown (a warning at its call) and an error a private libcudart
+    # still holds when teardown returned (a warning about the step): the report reads in the
+    # order the run happened, the call's line first (docs/cuda-runtime.md §3, §6.1)
+    trace = [reg(1, BASE, 128), reg(2, BASE + 128, 128), unreg(60, BASE), unreg(61, BASE + 128),
+             unreg(62, 0, code=1)]
+    pend = [Pending("teardown", "libcudart", 1, "cudaErrorInvalidValue", private=True)]
+    ws = check_warnings(record(trace, teardown_start=60, exercised=TEARDOWN, pending=pend))
+    assert [w.rule for w in ws] == ["unregister-null", "error-pending"]
+    assert "a libcudart loaded apart from torch's" in ws[1].message
 
 
 def test_leaks_are_listed_in_address_order() -> None:
