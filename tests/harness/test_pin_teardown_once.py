@@ -15,7 +15,7 @@ import ctypes
 from kvreg.fakes.recorder import TraceEntry
 from kvreg.harness.cuda.teardown_once import RULE, not_retried, not_retried_warnings
 
-from .test_pin_checks_cuda import BASE, TEARDOWN, record, reg, unreg
+from .test_pin_checks_cuda import BASE, SPEC, TEARDOWN, record, reg, unreg
 
 
 def _unreg_as(seq: int, ptr: object, code: int = 0, injected: bool = False) -> TraceEntry:
@@ -105,3 +105,17 @@ def test_a_base_outside_every_buffer_is_named_by_its_address() -> None:
     assert w.message.startswith(f"chunk [{BASE + 256:#x}, +64) stays registered")
     (w,) = not_retried_warnings(r, {BASE + 255: (1, e)})
     assert w.message.startswith("chunk [kv_buffer+0xff, +1) stays registered")
+
+
+def test_an_empty_buffer_owns_its_base_only() -> None:
+    # the zero-byte stand-in of a buffer (scenario ``empty``) still has a base a chunk may
+    # name; the byte after it is not the buffer's
+    r = record([], teardown_start=60, exercised=TEARDOWN)
+    empty = SPEC.__class__(SPEC.name, (0,), SPEC.dtype, SPEC.granularity, SPEC.copy_unit, (),
+                           SPEC.cuda_registered)
+    r.buffers[0].spec = empty
+    e = unreg(60, BASE, code=1, injected=True)
+    (w,) = not_retried_warnings(r, {BASE: (64, e)})
+    assert w.message.startswith("chunk [kv_buffer+0x0, +64) stays registered")
+    (w,) = not_retried_warnings(r, {BASE + 1: (64, e)})
+    assert w.message.startswith(f"chunk [{BASE + 1:#x}, +64) stays registered")
