@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from kvreg.fakes.recorder import TraceEntry
-from kvreg.harness.cuda.checks import BufferRun, RunRecord, check_run
+from kvreg.harness.cuda.checks import BufferRun, RunRecord, check_run, check_warnings
 from kvreg.harness.pools.registry import make_geometry
-from kvreg.harness.run.endstate import summarize_exception
+from kvreg.harness.run.endstate import Pending, summarize_exception
 
 GEO = make_geometry("mla", layout="page_first_direct", layer_num=2, kv_lora_rank=4,
                     qk_rope_head_dim=4, dtype="bfloat16", page_size=2, page_num=4)
@@ -171,6 +171,19 @@ def test_a_page_only_partly_registered_gets_no_across_registrations_hint() -> No
     assert "a copy across two registrations" in vs[0].message
 
 
+def test_two_registrations_that_stop_inside_the_page_give_no_across_registrations_hint() -> None:
+    # page 2 is [128, 192): registered [128, 144) and [144, 160), the rest pageable. Two
+    # registrations meet inside it, yet a part is not pinned at all: the copy fails by the
+    # documented mixed rule (docs/cuda-runtime.md §5.1: partly registered, error 1), not by
+    # the [UNC] one of §5.4
+    short = [reg(1, BASE, 128), reg(2, BASE + 128, 16), reg(3, BASE + 144, 16),
+             reg(4, BASE + 192, 64)]
+    vs = [v for v in check_run(record(short, transfer=_Failed(), teardown_start=60))
+          if v.rule == "transfer-failed"]
+    assert len(vs) == 1 and "spans registrations at offset 144" in vs[0].message
+    assert "a copy across two registrations" not in vs[0].message
+
+
 def test_a_page_inside_one_registration_gets_no_across_registrations_hint() -> None:
     # the copy failed for another reason: one registration holds the whole page
     one = [reg(1, BASE, 128), reg(2, BASE + 128, 128)]
@@ -189,6 +202,30 @@ def test_leaks_follow_the_transfer_and_come_before_teardown_raised() -> None:
                live_end=[(BASE + 128, 128)], teardown_start=60, exercised=TEARDOWN,
                teardown_errors=[BOOM])
     assert rules(r) == ["transfer-failed", "leak", "teardown-raised"]
+
+
+def test_a_seam_cutting_a_page_comes_after_the_transfer_and_before_leaks() -> None:
+    # what register left (a seam inside copy page 1, [64, 128)) is said before what teardown
+    # left (a chunk never released), and after the copy it broke: the report reads in the
+    # order the run happened
+    trace = [reg(1, BASE, 96), reg(2, BASE + 96, 32), reg(3, BASE + 128, 128), unreg(60, BASE),
+             unreg(61, BASE + 96)]
+    r = record(trace, transfer=type("T", (), {"ok": False, "code": 1, "failed_row": None,
+                                              "detail": ""})(),
+               live_end=[(BASE + 128, 128)], teardown_start=60, exercised=TEARDOWN)
+    assert rules(r) == ["transfer-failed", "seams-aligned", "leak"]
+
+
+def test_a_private_runtimes_pending_error_is_said_after_the_calls_warnings() -> None:
+    # a NULL unregister in teardown (a warning at its call) and an error a private libcudart
+    # still holds when teardown returned (a warning about the step): the report reads in the
+    # order the run happened, the call's line first (docs/cuda-runtime.md §3, §6.1)
+    trace = [reg(1, BASE, 128), reg(2, BASE + 128, 128), unreg(60, BASE), unreg(61, BASE + 128),
+             unreg(62, 0, code=1)]
+    pend = [Pending("teardown", "libcudart", 1, "cudaErrorInvalidValue", private=True)]
+    ws = check_warnings(record(trace, teardown_start=60, exercised=TEARDOWN, pending=pend))
+    assert [w.rule for w in ws] == ["unregister-null", "error-pending"]
+    assert "a libcudart loaded apart from torch's" in ws[1].message
 
 
 def test_leaks_are_listed_in_address_order() -> None:
