@@ -7,6 +7,8 @@ first one printed is the first thing that went wrong.
 
 from __future__ import annotations
 
+import ctypes
+import operator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -100,10 +102,22 @@ def plain_trace(trace: list[TraceEntry]) -> list[TraceEntry]:
     for e in trace:
         if e.api in REGISTER_APIS | UNREGISTER_APIS and not all(
                 type(a) is int for a in e.args[:2]):
-            e = replace(e, args=tuple(pointer_arg(a) if i < 2 and type(a) is not int else a
-                                      for i, a in enumerate(e.args)))
+            e = replace(e, args=tuple(a if i > 1 or type(a) is int else
+                                      pointer_arg(a) if i == 0 or e.api in UNREGISTER_APIS else
+                                      _size_arg(a) for i, a in enumerate(e.args)))
         out.append(e)
     return out
+
+
+def _size_arg(value: Any) -> int:
+    """A register call's size as the binding reads it: a ``c_size_t``'s value, an integer type
+    (``np.int64``) through ``__index__`` — never the object's address."""
+    if isinstance(value, ctypes._SimpleCData):
+        return int(value.value or 0)
+    try:
+        return operator.index(value)
+    except TypeError:
+        return pointer_arg(value)
 
 
 def _plain(r: RunRecord) -> None:

@@ -147,3 +147,19 @@ def test_one_reader_of_recorded_pointers() -> None:
     odd = [TraceEntry(9, "cuda", "cudaHostUnregister", (-1,), 1, 1, True, 0),
            TraceEntry(10, "cuda", "cudaHostUnregister", (1 << 64,), 1, 1, True, 0)]
     assert [e.args[0] for e in plain_trace(odd)] == [-1, 1 << 64]
+
+
+def test_a_register_size_is_read_as_a_size_not_an_address() -> None:
+    """An injected fault records ``cudaHostRegister(ptr, size, flags)`` with the arguments as
+    the caller passed them; a size given as ``np.int64`` or ``c_size_t`` (cuda-python and
+    ctypes code does both) is the number it holds — ``pointer_arg`` would read a buffer-like
+    ``np.int64`` as its address (docs/cuda-runtime.md §9)."""
+    import numpy as np
+
+    sizes: list[Any] = [np.int64(128), ctypes.c_size_t(256), np.uint64(1 << 30), 4096]
+    trace = [TraceEntry(i, "cuda", "cudaHostRegister", (BASE, s, 0), 2, 2, True, 0)
+             for i, s in enumerate(sizes, 1)]
+    assert [e.args[1] for e in plain_trace(trace)] == [128, 256, 1 << 30, 4096]
+    driver = [TraceEntry(9, "cuda", "cuMemHostRegister", (ctypes.c_void_p(BASE), np.int64(64), 0),
+                         2, 2, True, 0)]
+    assert plain_trace(driver)[0].args[:2] == (BASE, 64)
