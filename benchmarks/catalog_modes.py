@@ -15,8 +15,8 @@ import resource
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from kvreg.harness.run.adapters import Implementation, make_implementation
 from kvreg.harness.run.core import run_scenario
+from kvreg.harness.run.implementation import Implementation, make_implementation
 from kvreg.harness.run.limits import Limits
 from kvreg.harness.run.result import ScenarioResult
 from kvreg.harness.run.supervisor import Supervisor

@@ -31,8 +31,8 @@ def main(repeat: int = 1) -> dict[str, Any]:
     t0 = time.perf_counter()
     import torch  # noqa: F401  # the runner's styles import it; count it with the imports
 
-    from kvreg.harness.run.adapters import make_implementation
     from kvreg.harness.run.core import run_scenario
+    from kvreg.harness.run.implementation import make_implementation
     from kvreg.harness.scenario import load_file
 
     t1 = time.perf_counter()

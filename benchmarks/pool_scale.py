@@ -33,8 +33,8 @@ from kvreg.harness.cuda.transfers import copy_every_page
 from kvreg.harness.plan.chunking import ALGORITHMS, PlanError, plan_pool
 from kvreg.harness.plan.svg import render_svg
 from kvreg.harness.pools import make_geometry
-from kvreg.harness.run.adapters import make_implementation
 from kvreg.harness.run.core import run_scenario
+from kvreg.harness.run.implementation import make_implementation
 from kvreg.harness.scenario import load_file
 
 GiB = 1 << 30

@@ -2,7 +2,7 @@
 1.3x of running in-process, ``-j 2`` at most 0.85x of ``-j 1`` on 2 cores, under 5 s at ``-j
 1``): the bundled catalog in-process, supervised with one job and with two, each in a fresh
 interpreter, against kvreg's reference and against a user's implementation (the faithful
-SGLang algorithm of tests/runner/impls, which reads its chunk limit from the environment on
+SGLang algorithm of tests/cuda_target/impls, which reads its chunk limit from the environment on
 every call).
 
 The modes alternate within each round, so a load change on a shared machine hits every side
@@ -27,7 +27,7 @@ from .conftest import MEDIANS
 
 HERE = Path(__file__).resolve().parent
 MODES = [("in-process", 1), ("isolated", 1), ("isolated", 2)]
-SGLANG = str(HERE.parent / "tests" / "runner" / "impls" / "sglang_upstream.py") + ":register"
+SGLANG = str(HERE.parent / "tests" / "cuda_target" / "impls" / "sglang_upstream.py") + ":register"
 IMPLS = {"reference": [], "sglang_upstream": ["--impl", SGLANG, "--style", "sglang"]}
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from .backend import HardwareUnavailable, VirtualBuffersUnsupported
 from .memory import available_memory, prefaulted
-from .probe import ProbeError, ProbeSkipped
+from .probe_types import ProbeError, ProbeSkipped
 
 __all__ = ["CudaProbeContext", "code_of"]
 

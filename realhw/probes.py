@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .probe import Family, Outcome, Probe, ProbeError, ProbeSkipped, compare, run_probe
+from .probe_types import Family, Outcome, Probe, ProbeError, ProbeSkipped, compare, run_probe
 from .probes_cuda import CUDA_PROBES
 from .probes_rdma import RDMA_PROBES
 

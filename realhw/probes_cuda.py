@@ -19,7 +19,7 @@ from kvreg.fakes.cuda import errors as E
 
 from .cuda_context import CEILING, PAGE, SPLIT, CudaProbeContext, GiB, KiB, code_of
 from .memory import cap_ipc_lock, temporary_memlock
-from .probe import Probe
+from .probe_types import Probe
 
 __all__ = ["CUDA_PROBES", "CudaProbeContext"]
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .memory import cap_ipc_lock, prefaulted
-from .probe import Probe, ProbeError, ProbeSkipped
+from .probe_types import Probe, ProbeError, ProbeSkipped
 
 __all__ = ["RDMA_PROBES", "VerbsProbeContext"]
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from importlib import metadata
 
-from .checks import OneLineParser, UsageError, check_output_path, fail
+from .arguments import OneLineParser, UsageError, check_output_path, fail
 from .pipes import stdout_gone
 
 

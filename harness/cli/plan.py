@@ -23,7 +23,7 @@ from kvreg.harness.pools.families import extent_at
 from kvreg.harness.run.targets import TARGETS, get_target
 from kvreg.harness.scenario.size_limits import size_problem
 
-from .checks import UsageError, check_output_path, plain, positive_int
+from .arguments import UsageError, check_output_path, plain, positive_int
 from .pipes import reader_safe
 
 GiB = 1 << 30

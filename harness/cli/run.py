@@ -18,10 +18,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from kvreg.harness.run.adapters import Implementation, ImplementationError, make_implementation
 from kvreg.harness.run.catalog import restore_sigint, run_catalog, write_atomic
 from kvreg.harness.run.causes import causes, hints, render_causes
 from kvreg.harness.run.endstate import undrainable
+from kvreg.harness.run.implementation import (
+    Implementation,
+    ImplementationError,
+    make_implementation,
+)
 from kvreg.harness.run.limits import (
     DEFAULT_MEMORY,
     DEFAULT_TIMEOUT_S,
@@ -34,7 +38,7 @@ from kvreg.harness.run.result import INTERNAL_ERROR, REPORT_REQUEST, ScenarioRes
 from kvreg.harness.run.style_names import USER_STYLES
 from kvreg.harness.scenario.format import Scenario, ScenarioError, bundled_root, load_paths
 
-from .checks import UsageError, positive_int
+from .arguments import UsageError, positive_int
 from .pipes import reader_safe
 from .progress import make_reporter
 from .run_extras import add_run_extras, finish, prepare

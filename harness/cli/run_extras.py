@@ -23,7 +23,7 @@ from kvreg.harness.run.baseline import (
 from kvreg.harness.run.causes import causes
 from kvreg.harness.run.sharding import Shard, ShardError, parse_shard, shard_of
 
-from .checks import UsageError, check_output_path
+from .arguments import UsageError, check_output_path
 from .junit_xml import write_junit
 
 __all__ = ["RunPlan", "add_run_extras", "finish", "prepare"]

@@ -6,7 +6,7 @@ The sglang style gets the granularity the real pool passes (None where upstream 
 in one call); the reference gets kvreg's copy unit, because it chunks every layout; the
 generic, ctypes and driver styles get the pool's granularity where it passes one and
 kvreg's copy unit where it passes None (a None would leave such an implementation no safe
-way to chunk a pool above the per-call ceiling). Loading and signatures: run/adapters.py.
+way to chunk a pool above the per-call ceiling). Loading and signatures: run/implementation.py.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from kvreg.harness.run.style_names import SELF_REACHING
 from . import reference
 
 if TYPE_CHECKING:
-    from kvreg.harness.run.adapters import Implementation, StyleCall
+    from kvreg.harness.run.implementation import Implementation, StyleCall
 
 __all__ = ["STYLE_CALLS", "check_limit", "granularity", "register", "teardown"]
 
 GiB = 1 << 30
 _P = None
-# how each style this target runs calls the two functions (adapters.StyleCall)
+# how each style this target runs calls the two functions (implementation.StyleCall)
 STYLE_CALLS: dict[str, tuple[StyleCall, StyleCall]] = {
     "sglang": (("register(buffer, granularity)", (_P, _P), ()),
                ("teardown(buffer)", (_P,), ())),
@@ -72,7 +72,7 @@ def register(impl: Implementation, cudart: Any, buffer: Any, spec: BufferSpec,
     if impl.style == "sglang":
         impl.register_fn(buffer, granularity)   # upstream passes G positionally
         return buffer
-    from kvreg.harness.run.adapters import ImplementationError  # the runner's, when it runs
+    from kvreg.harness.run.implementation import ImplementationError  # the runner's, when it runs
 
     raise ImplementationError(f"style {impl.style!r} does not register CUDA buffers")
 

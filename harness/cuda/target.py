@@ -3,7 +3,7 @@
 The world: the pool's buffers (virtual or real), a fresh fake with the scenario's device
 profile and fault plan, and the chunk-limit environment variable the sglang style reads.
 Register every buffer through the implementation, copy the pages through the batch API (every
-page of a small pool; the ones that decide the verdict of a large one: copy_selection.py),
+page of a small pool; the ones that decide the verdict of a large one: selection.py),
 tear down as often as the scenario says, and hand the trace to the checks. Everything the
 run changes (``torch.cuda.cudart``, ``cuda.bindings.runtime``, the environment variable) is
 restored whatever happens.
@@ -35,7 +35,7 @@ from .teardown_once import not_retried, not_retried_warnings
 from .transfers import copy_every_page
 
 if TYPE_CHECKING:
-    from kvreg.harness.run.adapters import Implementation
+    from kvreg.harness.run.implementation import Implementation
     from kvreg.harness.scenario.format import Scenario
 
 __all__ = ["ENV_CHUNK_GB", "TARGET", "CudaTarget", "CudaWorld"]

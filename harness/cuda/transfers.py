@@ -3,7 +3,7 @@
 One ``cudaMemcpyBatchAsync`` descriptor per page extent (docs/pools.md §5.1: whole pages; §5.2:
 per-(page, layer) sub-blocks are inside those), host to a device staging buffer, on a
 non-default stream with srcAccessOrder Stream. Small pools copy every extent; large ones
-copy the extents that decide the verdict (copy_selection.py says which and why the others
+copy the extents that decide the verdict (selection.py says which and why the others
 get the same one), so the runtime's own copy rules stay the judge at any page count. The
 fake's verdict for the first bad descriptor says which page and which registrations it spans.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from kvreg.harness.pools import PoolGeometry
 
-from .copy_selection import buffer_edges, copy_selected, select_copies
+from .selection import buffer_edges, copy_selected, select_copies
 
 __all__ = ["TransferResult", "copy_every_page"]
 

@@ -34,7 +34,7 @@ from kvreg.harness.run.endstate import (
 )
 from kvreg.harness.run.result import Violation, whole_message
 
-from .io import IoFailure, PoolBuffer
+from .transfers import IoFailure, PoolBuffer
 
 __all__ = ["McBuffer", "McRecord", "buffer_ends", "check_mooncake_run", "mooncake_warnings",
            "seam_in_uncopied_bytes"]

@@ -26,7 +26,7 @@ from kvreg.fakes.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from kvreg.fakes.verbs.wr import SGE, SendWR
 from kvreg.harness.pools import PoolGeometry
 
-from .io import (
+from .transfers import (
     Int64s,
     IoFailure,
     MrRange,

@@ -6,7 +6,7 @@ its extents. Between two consecutive MR edges of a buffer that cover is the same
 so every page lying strictly between two edges fails or passes like any other page of the
 same gap. Small pools are walked page by page (the most direct evidence: a virtual pool sends
 the pages not inside one MR, a real one every page); above the CUDA target's threshold
-(``COPY_ALL_BELOW`` page-meta rows, harness/cuda/copy_selection.py) the selection is computed
+(``COPY_ALL_BELOW`` page-meta rows, harness/cuda/selection.py) the selection is computed
 from the extent families: every page touching an MR edge (seams, MR bases and ends, buffer
 ends), the first page of each gap between edges, the first and last page of every family and a
 seeded sample. The lowest failing page of each family is then selected, so the first failure
@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from kvreg.harness.cuda.copy_selection import COPY_ALL_BELOW, SAMPLE, buffer_edges
+from kvreg.harness.cuda.selection import COPY_ALL_BELOW, SAMPLE, buffer_edges
 from kvreg.harness.pools import PoolGeometry
 from kvreg.harness.pools.base import ExtentFamily
 from kvreg.harness.pools.families import row_count, touching_pages
 
-if TYPE_CHECKING:   # io.py calls select_pages: types only from there
-    from .io import MrRange, PoolBuffer
+if TYPE_CHECKING:   # transfers.py calls select_pages: types only from there
+    from .transfers import MrRange, PoolBuffer
 
 Int64s = npt.NDArray[np.int64]
 
@@ -154,7 +154,7 @@ def select_pages(geometry: PoolGeometry, pools: Sequence[Sequence[PoolBuffer]],
 
 
 def family_object_stride(copy_unit: int, families: Sequence[ExtentFamily], index: int) -> int:
-    """io.object_stride from the extent families: the largest row size of buffer ``index``
+    """transfers.object_stride from the extent families: the largest row size of buffer ``index``
     when every row of it sits inside one block of that size, else ``copy_unit``.
 
     A row at ``base + p * stride`` of size ``z`` fits iff its offset modulo the unit ``u`` is

@@ -1,6 +1,6 @@
 """How each implementation style is called on the mooncake target: MRs through a Mooncake
 store. Only kvreg's reference and the mooncake style register MRs; ``--teardown close``
-tears down by closing the store. Loading and signatures: harness/run/adapters.py.
+tears down by closing the store. Loading and signatures: harness/run/implementation.py.
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any
 from . import reference
 
 if TYPE_CHECKING:
-    from kvreg.harness.run.adapters import Implementation, StyleCall
+    from kvreg.harness.run.implementation import Implementation, StyleCall
 
 __all__ = ["STYLE_CALLS", "computes_own_mr_limit", "register_mr", "registers_mrs",
            "teardown_mr"]
 
 _P = None
-# how the mooncake style calls the two functions (adapters.StyleCall)
+# how the mooncake style calls the two functions (implementation.StyleCall)
 STYLE_CALLS: dict[str, tuple[StyleCall, StyleCall]] = {
     "mooncake": (("register(store, ptr, nbytes, *, max_mr_size, granularity)", (_P, 0, 0),
                   ("max_mr_size", "granularity")),
@@ -34,7 +34,7 @@ def register_mr(impl: Implementation, store: Any, ptr: int, nbytes: int, *,
         assert impl.register_fn is not None
         return impl.register_fn(store, ptr, nbytes, **impl.contract.kwargs(
             max_mr_size=max_mr_size, granularity=granularity))
-    from kvreg.harness.run.adapters import ImplementationError  # the runner's, when it runs
+    from kvreg.harness.run.implementation import ImplementationError  # the runner's, when it runs
 
     raise ImplementationError(f"style {impl.style!r} registers CUDA buffers, not MRs "
                               "with a Mooncake store (use --style mooncake)")

@@ -51,7 +51,10 @@ from kvreg.harness.run.target import CannotRun, ProcessConfig, SkipScenario
 
 from . import styles
 from .checks import McBuffer, McRecord, check_mooncake_run, mooncake_warnings
-from .io import (
+from .pd import pd_transfer
+from .reference import effective_mr_limit
+from .selection import family_object_stride, select_pages
+from .transfers import (
     IoPlanError,
     PoolBuffer,
     allocate_pool,
@@ -59,12 +62,9 @@ from .io import (
     plan_io,
     store_round_trip,
 )
-from .pd import pd_transfer
-from .reference import effective_mr_limit
-from .selection import family_object_stride, select_pages
 
 if TYPE_CHECKING:
-    from kvreg.harness.run.adapters import Implementation
+    from kvreg.harness.run.implementation import Implementation
     from kvreg.harness.scenario.format import Scenario
 
 __all__ = ["TARGET", "MooncakeOptions", "MooncakeTarget", "MooncakeWorld", "validate_options"]

@@ -1,7 +1,7 @@
 """kvreg's pytest plugin: the ``pytest11`` entry point ``kvreg`` is this module (``-p
 kvreg.harness.plugin`` where plugin autoloading is off). Its fixtures, markers and leak check
 are here; scenario files as test items in :mod:`.scenarios`, the fixtures for a user's own
-pool class in :mod:`.real_pools`.
+pool class in :mod:`.pool_class`.
 
 Loading it imports nothing heavy (no torch, numpy, cuda-bindings or pyverbs): the fakes are
 imported when a fixture is first used, as Hypothesis keeps its plugin separate.
@@ -17,8 +17,8 @@ import pytest
 
 from kvreg.harness.run.style_names import USER_STYLES
 
-from .real_pools import MARKERS as POOL_MARKERS
-from .real_pools import kvreg_host_memory, kvreg_pool_check
+from .pool_class import MARKERS as POOL_MARKERS
+from .pool_class import kvreg_host_memory, kvreg_pool_check
 
 if TYPE_CHECKING:
     from kvreg.fakes.cuda.fake_cuda import FakeCuda

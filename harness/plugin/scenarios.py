@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 
-from kvreg.harness.run.adapters import Implementation, ImplementationError, make_implementation
 from kvreg.harness.run.baseline import (
     Baseline,
     BaselineError,
@@ -30,6 +29,11 @@ from kvreg.harness.run.baseline import (
     renamed_note,
 )
 from kvreg.harness.run.causes import causes, hints, render_causes
+from kvreg.harness.run.implementation import (
+    Implementation,
+    ImplementationError,
+    make_implementation,
+)
 from kvreg.harness.run.limits import (
     DEFAULT_MEMORY,
     DEFAULT_TIMEOUT_S,

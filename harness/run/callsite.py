@@ -32,7 +32,7 @@ from .progress import Progress
 from .result import Violation
 
 if TYPE_CHECKING:
-    from .adapters import Implementation
+    from .implementation import Implementation
 
 __all__ = ["CALL_RULES", "RAISE_RULES", "CallSites", "Site", "display_path", "locate"]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .adapters import Implementation
+from .implementation import Implementation
 from .limits import Limits
 from .result import ScenarioResult
 from .supervisor import Supervisor

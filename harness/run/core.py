@@ -31,7 +31,7 @@ from .targets import get_target
 if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
 
-    from .adapters import Implementation
+    from .implementation import Implementation
 
 __all__ = ["run_scenario"]
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any
 
-from .adapters import Implementation
+from .implementation import Implementation
 from .limits import Limits
 from .process import process_config
 from .progress import ProgressBlock, describe_calls, read_calls

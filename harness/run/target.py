@@ -19,7 +19,7 @@ from .result import Violation
 if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
 
-    from .adapters import Implementation
+    from .implementation import Implementation
 
 __all__ = ["CannotRun", "ProcessConfig", "SkipScenario", "Target", "World"]
 
@@ -111,7 +111,7 @@ class Target(Protocol):
     # checked by validate_options), or None where it reads none
     options_table: str | None
     # style -> how an implementation of that style calls (register, teardown) on it (the
-    # styles it runs; adapters.StyleCall); its world calls the style and its own reference
+    # styles it runs; implementation.StyleCall); its world calls the style and its own reference
     style_calls: Mapping[str, tuple[Any, Any]]
     # whether its buffers can start ``[pool] base_offset`` bytes into a page (the target
     # that places its buffers itself says no)

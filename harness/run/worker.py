@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from kvreg.fakes.doors import PROCESS
 
-from .adapters import Implementation
 from .core import run_scenario
+from .implementation import Implementation
 from .limits import Limits, TimeLimitExceeded
 from .process import (
     apply_config_env,

@@ -12,20 +12,20 @@ import pytest
 import torch
 
 from kvreg.fakes import FakeCuda
-from kvreg.harness.pools import MHAGeometry, MLAGeometry
-from kvreg.harness.realpool.assertions import (
+from kvreg.harness.pool_class.assertions import (
     PoolCheck,
     PoolRegistrationError,
     assert_pool_registered,
     assert_pool_released,
 )
-from kvreg.harness.realpool.host_memory import kvreg_host_memory
-from kvreg.harness.run.adapters import make_implementation
+from kvreg.harness.pool_class.host_memory import kvreg_host_memory
+from kvreg.harness.pools import MHAGeometry, MLAGeometry
 from kvreg.harness.run.core import run_scenario
+from kvreg.harness.run.implementation import make_implementation
 from kvreg.harness.scenario.format import load_file
 
 GiB = 1 << 30
-IMPLS = Path(__file__).parents[1] / "runner" / "impls"
+IMPLS = Path(__file__).parents[1] / "cuda_target" / "impls"
 
 
 def impl_module(name: str) -> Any:

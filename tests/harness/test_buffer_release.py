@@ -12,8 +12,8 @@ import pytest
 from kvreg.fakes import reserved
 from kvreg.fakes.address_space import AddressSpace
 from kvreg.harness.cuda import buffers
-from kvreg.harness.run.adapters import make_implementation
 from kvreg.harness.run.core import run_scenario
+from kvreg.harness.run.implementation import make_implementation
 from kvreg.harness.scenario import load_file
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kvreg.fakes import FakeCuda
-from kvreg.harness.realpool.host_memory import HostMemory, kvreg_host_memory
+from kvreg.harness.pool_class.host_memory import HostMemory, kvreg_host_memory
 
 TiB = 1 << 40
 

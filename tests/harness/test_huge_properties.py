@@ -13,9 +13,9 @@ from kvreg.fakes.cuda.fake_cuda import FakeCuda
 from kvreg.harness.cuda import reference
 from kvreg.harness.plan.chunking import PlanError, plan_chunks, reference_unit
 from kvreg.harness.pools import PoolGeometry
-from kvreg.harness.run.adapters import make_implementation
 from kvreg.harness.run.core import run_scenario
 from kvreg.harness.run.endstate import BufferEnd, check_registered, check_seams_aligned
+from kvreg.harness.run.implementation import make_implementation
 from kvreg.harness.run.registration import RegistrationError
 from kvreg.harness.scenario import load_file
 from kvreg.harness.strategies import CEILING, ceiling_limits, huge_geometries

@@ -13,7 +13,7 @@ import torch
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from kvreg.harness.run.adapters import load_callable
+from kvreg.harness.run.implementation import load_callable
 from kvreg.harness.state_machine import RegistrationMachine
 
 

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from kvreg.harness.run.adapters import load_callable
+from kvreg.harness.run.implementation import load_callable
 from kvreg.harness.state_machine import RegistrationMachine
 
-IMPLS = Path(__file__).resolve().parents[1] / "mooncake_scenarios" / "impls"
+IMPLS = Path(__file__).resolve().parents[1] / "mooncake_target" / "impls"
 FAST = settings(max_examples=15, stateful_step_count=8, deadline=None)
 
 

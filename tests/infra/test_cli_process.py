@@ -14,7 +14,7 @@ import pytest
 from ..cli_process import kvreg_argv0, run_kvreg_process
 
 REPO = Path(__file__).resolve().parents[2]
-IMPLS = REPO / "tests" / "runner" / "impls"
+IMPLS = REPO / "tests" / "cuda_target" / "impls"
 MLA = "mla/page_first_direct"
 
 

@@ -1,6 +1,6 @@
 """The built wheel holds every module and data file of the source tree.
 
-A hand-written package list once left out ``kvreg.harness.realpool``: an editable install
+A hand-written package list once left out ``kvreg.harness.pool_class``: an editable install
 worked, every wheel install failed the fixtures built on it with ``ModuleNotFoundError``.
 setup.py now finds the packages; this test builds a real wheel from a copy of the tree and
 compares it with the files on disk, so a folder the build misses fails here.
@@ -67,7 +67,7 @@ def wheel_names(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
 def test_the_wheel_holds_every_module_and_data_file(wheel_names: set[str]) -> None:
     assert missing_from(wheel_names, ROOT) == []
     # the modules the fixtures of kvreg_host_memory / kvreg_pool_check import
-    assert "kvreg/harness/realpool/host_memory.py" in wheel_names
+    assert "kvreg/harness/pool_class/host_memory.py" in wheel_names
     # and the count is that of the tree, not of an old list
     modules = {n for n in wheel_names if n.endswith(".py")}
     assert len(modules) == len({n for n in source_files(ROOT) if n.endswith(".py")})
@@ -79,12 +79,12 @@ def test_the_wheel_has_the_entry_points(wheel_names: set[str]) -> None:
 
 def test_a_missing_subpackage_is_caught(tmp_path: Path) -> None:
     """The check itself: a wheel listing without one subpackage (the old hand-written list
-    left out harness/realpool) is reported, module by module."""
+    left out harness/pool_class) is reported, module by module."""
     full = source_files(ROOT)
-    without = {n for n in full if not n.startswith("kvreg/harness/realpool/")}
+    without = {n for n in full if not n.startswith("kvreg/harness/pool_class/")}
     missing = missing_from(without, ROOT)
-    assert missing and all(m.startswith("kvreg/harness/realpool/") for m in missing)
-    assert "kvreg/harness/realpool/__init__.py" in missing
+    assert missing and all(m.startswith("kvreg/harness/pool_class/") for m in missing)
+    assert "kvreg/harness/pool_class/__init__.py" in missing
     # a data file is caught as well as a module
     no_data = {n for n in full if not n.endswith(".tsv")}
     assert any(m.endswith(".tsv") for m in missing_from(no_data, ROOT))

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvreg.harness.run.adapters import Implementation, make_implementation
+from kvreg.harness.run.implementation import Implementation, make_implementation
 from kvreg.harness.run.process import process_config
 from kvreg.harness.run.result import ScenarioResult
 from kvreg.harness.run.supervisor import Supervisor

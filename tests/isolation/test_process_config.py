@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kvreg.harness.run.adapters import Implementation, make_implementation
+from kvreg.harness.run.implementation import Implementation, make_implementation
 from kvreg.harness.run.process import import_conflict, process_config
 from kvreg.harness.run.supervisor import Supervisor
 from kvreg.harness.run.target import ProcessConfig

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kvreg.harness.run.adapters import make_implementation
 from kvreg.harness.run.core import run_scenario
+from kvreg.harness.run.implementation import make_implementation
 from kvreg.harness.run.limits import Limits, format_size, parse_size, parse_timeout
 from kvreg.harness.run.progress import describe_calls
 from kvreg.harness.run.supervisor import Supervisor, death_reason
@@ -17,7 +17,7 @@ from kvreg.harness.scenario import load_paths
 
 from .conftest import ONE_CHUNK, THREE_CHUNKS, impl_spec, scenario_file
 
-UPSTREAM = Path(__file__).resolve().parents[1] / "runner" / "impls" / "sglang_upstream.py"
+UPSTREAM = Path(__file__).resolve().parents[1] / "cuda_target" / "impls" / "sglang_upstream.py"
 
 
 def _generic(function: str):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kvreg.harness.run import worker
-from kvreg.harness.run.adapters import make_implementation
+from kvreg.harness.run.implementation import make_implementation
 from kvreg.harness.run.process import process_config, same_deployment
 from kvreg.harness.run.supervisor import Supervisor
 from kvreg.harness.run.target import ProcessConfig

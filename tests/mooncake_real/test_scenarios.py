@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from kvreg.harness.run.adapters import make_implementation
 from kvreg.harness.run.core import run_scenario
+from kvreg.harness.run.implementation import make_implementation
 from kvreg.harness.scenario import bundled_root, load_file
 
 pytestmark = pytest.mark.kvreg_mooncake_real
@@ -26,7 +26,7 @@ FILES = [*sorted((ROOT / "mooncake").glob("*.toml")),
          *sorted((ROOT / "regressions").glob("mooncake_*.toml"))]
 CATALOG = [sc for f in FILES for sc in load_file(f, ROOT)]
 REAL_MEMORY = [sc for sc in CATALOG if sc.memory == "real"]
-IMPLS = Path(__file__).parents[1] / "mooncake_scenarios" / "impls"
+IMPLS = Path(__file__).parents[1] / "mooncake_target" / "impls"
 REFERENCE = "kvreg.harness.mooncake.reference:register"
 # one per rule family the real store can speak to: a transfer across a seam, a leak, an
 # unregister of a non-base (tier budget: each implementation costs ~10 s on the real store)

@@ -10,7 +10,7 @@ import pytest
 # torch must already be imported here: pytester's in-process runs restore sys.modules.
 import torch  # noqa: F401
 
-IMPLS = Path(__file__).resolve().parents[1] / "runner" / "impls"
+IMPLS = Path(__file__).resolve().parents[1] / "cuda_target" / "impls"
 SCENARIO = '''
 format = 1
 [pool]

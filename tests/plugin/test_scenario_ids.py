@@ -19,7 +19,7 @@ import torch  # noqa: F401
 
 from kvreg.harness.run.baseline import load_baseline
 
-IMPLS = Path(__file__).resolve().parents[1] / "runner" / "impls"
+IMPLS = Path(__file__).resolve().parents[1] / "cuda_target" / "impls"
 SCENARIO = '''format = 1
 [pool]
 type = "mla"

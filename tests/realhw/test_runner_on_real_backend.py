@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from kvreg.fakes import FakeCuda
-from kvreg.harness.run.adapters import make_implementation
 from kvreg.harness.run.core import run_scenario
+from kvreg.harness.run.implementation import make_implementation
 from kvreg.harness.scenario import bundled_root, load_file
 from kvreg.realhw.backend import RealCuda
 
