@@ -34,6 +34,7 @@ _PAGE = 4096
 class HostPins:
     """The link between one fake CUDA process's driver and its rank's memory on a host."""
 
+    fake: Any            # the FakeCuda
     driver: FakeDriver
     memory: RankMemory
     page_table_bytes_per_page: int = PAGE_TABLE_BYTES_PER_PAGE
@@ -85,7 +86,7 @@ def attach_host(fake: Any, memory: RankMemory, *,
     driver: FakeDriver = fake.driver
     if "host_register" in vars(driver):
         raise ValueError("this fake CUDA process already has a host attached")
-    pins = HostPins(driver, memory, page_table_bytes_per_page,
+    pins = HostPins(fake, driver, memory, page_table_bytes_per_page,
                     driver.host_register, driver.host_unregister)
     # the runtime instances and the driver face call these by attribute on the driver
     driver.host_register = pins.host_register       # type: ignore[method-assign]
