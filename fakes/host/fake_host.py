@@ -281,16 +281,23 @@ class RankMemory:
             eof = -(-f["size"] // PAGE)
             if hi > eof:
                 return beyond_eof, done
-            missing = (hi - lo) - _covered(f["resident"], lo, hi)
-            if shm_used + missing > shm_cap:
-                return tmpfs_full, done
-            f["resident"], new = P.add(f["resident"], lo, hi)
-            shm_used += new
-            mine = self._file_touched.get(name, [])
-            self._file_touched[name], mine_new = P.add(mine, lo, hi)
-            st["ranks"][self._key]["shm_rss"] += mine_new
-            done += new
+            for a, b in P.gaps(f["resident"], lo, hi):
+                room = shm_cap - shm_used
+                if b - a > room:    # the pages before the one tmpfs cannot allocate stay
+                    if room > 0:
+                        self._fault_file(st, f, name, a, a + room)
+                    return tmpfs_full, done + max(room, 0)
+                self._fault_file(st, f, name, a, b)
+                shm_used += b - a
+                done += b - a
+            self._fault_file(st, f, name, lo, hi)    # this rank's share of what was there
         return 0, done
+
+    def _fault_file(self, st: dict[str, Any], f: dict[str, Any], name: str, lo: int,
+                    hi: int) -> None:
+        f["resident"], _ = P.add(f["resident"], lo, hi)
+        self._file_touched[name], mine_new = P.add(self._file_touched.get(name, []), lo, hi)
+        st["ranks"][self._key]["shm_rss"] += mine_new
 
     def _new_pages(self, st: dict[str, Any], segs: list[tuple[str, int, int]]) -> int:
         """Pages the segments would fault in (not yet resident)."""

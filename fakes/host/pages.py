@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import bisect
 
-__all__ = ["PAGE", "add", "count", "page_span", "remove", "union_count"]
+__all__ = ["PAGE", "add", "count", "gaps", "page_span", "remove", "union_count"]
 
 PAGE = 4096
 
@@ -70,3 +70,20 @@ def union_count(many: list[Ranges]) -> int:
         for lo, hi in ranges:
             merged, _ = add(merged, lo, hi)
     return count(merged)
+
+
+def gaps(ranges: Ranges, lo: int, hi: int) -> Ranges:
+    """The pieces of ``[lo, hi)`` not in ``ranges``, in order."""
+    out: Ranges = []
+    pos = lo
+    for a, b in ranges:
+        if b <= pos:
+            continue
+        if a >= hi:
+            break
+        if a > pos:
+            out.append([pos, a])
+        pos = max(pos, b)
+    if pos < hi:
+        out.append([pos, hi])
+    return out

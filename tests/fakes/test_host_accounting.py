@@ -7,6 +7,7 @@ is allocated (the host only counts).
 from __future__ import annotations
 
 import errno
+import importlib
 import importlib.util
 import io
 import itertools
@@ -29,7 +30,7 @@ SHM_BASE = 0x7000_0000_0000     # where each rank maps the shared file (any addr
 
 
 def _host(tmp_path: Path, **limits: object) -> FakeHost:
-    return FakeHost.create(tmp_path / "host.json", HostLimits(**limits))  # type: ignore[arg-type]
+    return FakeHost.create(tmp_path / "host.json", HostLimits(**limits))
 
 
 # -- page ranges ---------------------------------------------------------------------------------
@@ -117,8 +118,8 @@ def test_populate_past_the_tmpfs_size_is_efault_and_keeps_what_fit(tmp_path: Pat
     with pytest.raises(OSError) as err:       # vLLM #54002: [Errno 14] Bad address
         r0.populate(SHM_BASE + TiB // 2, TiB)
     assert err.value.errno == errno.EFAULT
-    assert host.totals().shm == TiB // 2      # the failing span (too big) added nothing
-    r0.populate(SHM_BASE + TiB // 2, TiB // 2)
+    assert host.totals().shm == TiB           # the pages before the failing one stay
+    r0.populate(SHM_BASE + TiB // 2, TiB // 2)   # all resident already: nothing to fail
     assert host.totals().shm == TiB
     with pytest.raises(SigBus):               # a plain write past what tmpfs holds
         r0.touch(SHM_BASE + TiB, PAGE)
@@ -407,7 +408,7 @@ def test_pins_show_in_no_meminfo_field_but_their_pages_do(tmp_path: Path) -> Non
                     reason="psutil is not installed: its reading is covered by the meminfo "
                            "tests above, which give what psutil reads")
 def test_psutil_reads_the_fake_host(tmp_path: Path) -> None:
-    import psutil
+    psutil = importlib.import_module("psutil")
 
     host = _host(tmp_path, ram=2 * TiB, page_cache=10 * GiB)
     with patch_host_files(host):

@@ -24,7 +24,7 @@ MiB = 1 << 20
 def _pins(tmp_path: Path, rank: int = 0, **limits: object) -> HostPins:
     path = tmp_path / "host.json"
     host = FakeHost(path) if path.exists() else \
-        FakeHost.create(path, HostLimits(**limits))  # type: ignore[arg-type]
+        FakeHost.create(path, HostLimits(**limits))
     return attach_host(FakeCuda(), host.rank(rank))
 
 
@@ -125,7 +125,7 @@ def test_attach_twice_and_detach(tmp_path: Path) -> None:
     fake, host = _rank(tmp_path, ram=1 << 40)
     with pytest.raises(ValueError, match="already has a host"):
         attach_host(fake, host.rank(0))
-    fake.driver.host_register.__self__.detach()  # type: ignore[attr-defined]
+    fake.driver.host_register.__self__.detach()
     buf = fake.virtual(GiB)
     assert fake.cuda_runtime.host_register(buf.data_ptr(), GiB, 0) == 0
     assert host.totals().pinned == 0
