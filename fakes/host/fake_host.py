@@ -595,6 +595,4 @@ class RankMemory:
         self._boundary.clear()
 
 
-def _covered(ranges: P.Ranges, lo: int, hi: int) -> int:
-    """Pages of ``[lo, hi)`` already in ``ranges``."""
-    return sum(max(0, min(hi, b) - max(lo, a)) for a, b in ranges)
+_covered = P.covered

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import bisect
 
-__all__ = ["PAGE", "add", "count", "gaps", "page_span", "remove", "union_count"]
+__all__ = ["PAGE", "add", "count", "covered", "gaps", "page_span", "remove", "union_count"]
 
 PAGE = 4096
 
@@ -28,9 +28,20 @@ def count(ranges: Ranges) -> int:
 
 def _overlapping(ranges: Ranges, lo: int, hi: int) -> tuple[int, int]:
     """Indices ``[i, j)`` of the ranges that overlap or touch ``[lo, hi)``."""
-    i = bisect.bisect_left([r[1] for r in ranges], lo)
-    j = bisect.bisect_right([r[0] for r in ranges], hi)
+    i = bisect.bisect_left(ranges, lo, key=lambda r: r[1])
+    j = bisect.bisect_right(ranges, hi, key=lambda r: r[0])
     return i, j
+
+
+def covered(ranges: Ranges, lo: int, hi: int) -> int:
+    """Pages of ``[lo, hi)`` already in ``ranges``."""
+    i = bisect.bisect_right(ranges, lo, key=lambda r: r[1])
+    n = 0
+    while i < len(ranges) and ranges[i][0] < hi:
+        a, b = ranges[i]
+        n += min(hi, b) - max(lo, a)
+        i += 1
+    return n
 
 
 def add(ranges: Ranges, lo: int, hi: int) -> tuple[Ranges, int]:

@@ -432,3 +432,25 @@ def test_meminfo_adds_up(tmp_path_factory: pytest.TempPathFactory,
     f = meminfo_fields(host.totals())
     assert f["MemFree"] + f["AnonPages"] + f["Cached"] == f["MemTotal"]
     assert f["MemAvailable"] == f["MemFree"] + f["Inactive(file)"]
+
+
+# -- the shared state file -------------------------------------------------------------------------
+
+def test_a_write_cut_short_leaves_the_previous_state(tmp_path: Path) -> None:
+    """A rank killed in the middle of writing the state: the slot it was writing fails its
+    checksum and the reader takes the other, one change older."""
+    host = _host(tmp_path, ram=TiB)
+    r = host.rank(0)
+    r.touch(0, GiB)
+    r.touch(2 * GiB, GiB)
+    slots = host.state.slots
+    newest = max(slots, key=lambda p: int(p.read_bytes().split()[0]))
+    data = newest.read_bytes()
+    newest.write_bytes(data[: len(data) // 2])     # the second touch's write, cut short
+    assert host.totals().anon == GiB
+    r.touch(4 * GiB, GiB)                            # and the next change goes on from it
+    assert FakeHost(tmp_path / "host.json").totals().anon == 2 * GiB
+    for slot in slots:
+        slot.write_bytes(b"garbage\n")
+    with pytest.raises(RuntimeError, match="unreadable"):
+        host.totals()
