@@ -278,10 +278,8 @@ class RankMemory:
                 continue
             name = space[5:]
             f = st["files"][name]
-            eof = -(-f["size"] // PAGE)
-            if hi > eof:
-                return beyond_eof, done
-            for a, b in P.gaps(f["resident"], lo, hi):
+            end = min(hi, -(-f["size"] // PAGE))     # the pages before the file's end
+            for a, b in P.gaps(f["resident"], lo, end):
                 room = shm_cap - shm_used
                 if b - a > room:    # the pages before the one tmpfs cannot allocate stay
                     if room > 0:
@@ -290,7 +288,9 @@ class RankMemory:
                 self._fault_file(st, f, name, a, b)
                 shm_used += b - a
                 done += b - a
-            self._fault_file(st, f, name, lo, hi)    # this rank's share of what was there
+            self._fault_file(st, f, name, lo, end)   # this rank's share of what was there
+            if end < hi:
+                return beyond_eof, done
         return 0, done
 
     def _fault_file(self, st: dict[str, Any], f: dict[str, Any], name: str, lo: int,
