@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import errno
 import importlib
-import importlib.util
 import io
 import itertools
 import pathlib
@@ -407,11 +406,8 @@ def test_pins_show_in_no_meminfo_field_but_their_pages_do(tmp_path: Path) -> Non
     assert after["Mlocked"] == 0
 
 
-@pytest.mark.skipif(importlib.util.find_spec("psutil") is None,
-                    reason="psutil is not installed: its reading is covered by the meminfo "
-                           "tests above, which give what psutil reads")
 def test_psutil_reads_the_fake_host(tmp_path: Path) -> None:
-    psutil = importlib.import_module("psutil")
+    psutil = importlib.import_module("psutil")      # a test dependency (pyproject [test])
 
     host = _host(tmp_path, ram=2 * TiB, page_cache=10 * GiB)
     with patch_host_files(host):
