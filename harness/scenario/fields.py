@@ -257,7 +257,7 @@ def _chunk_gb(f: Fields, value: Any) -> tuple[int, tuple[str | None, ...]]:
 @validator("profile")
 def _profile(f: Fields) -> str:
     profile = f.merged.get("profile", "h200-r580")
-    if profile not in PROFILES:
+    if not isinstance(profile, str) or profile not in PROFILES:
         f.fail("profile", f"one of {sorted(PROFILES)}", profile)
     return str(profile)
 
@@ -368,7 +368,8 @@ def _tags(f: Fields) -> tuple[str, ...]:
 @validator("backends")
 def _backends(f: Fields) -> tuple[str, ...]:
     backends = f.merged.get("backends", ["fake", "cuda"])
-    if not isinstance(backends, list) or not set(backends) <= {"fake", "cuda"} or not backends:
+    if not isinstance(backends, list) or not backends or \
+            not all(isinstance(b, str) for b in backends) or not set(backends) <= {"fake", "cuda"}:
         f.fail("backends", "a non-empty array of 'fake' and 'cuda'", backends)
         return ("fake",)
     return tuple(backends)

@@ -217,7 +217,7 @@ def _pool(problems: Problems, table: Any) -> Mapping[str, Any]:
         problems.fail("pool", "a [pool] table", table)
     problems.where = "pool."
     check_unknown(problems, pool, _POOL_KEYS, "pool")
-    if pool.get("type") not in POOL_TYPES:
+    if not isinstance(pool.get("type"), str) or pool["type"] not in POOL_TYPES:
         problems.fail("type", f"one of {sorted(POOL_TYPES)}", pool.get("type"))
     elif not isinstance(pool.get("params", {}), Mapping):
         problems.fail("params", "a table of pool parameters", pool.get("params"))

@@ -123,3 +123,33 @@ def test_moved_validators_report_in_their_new_order(tmp_path: Path,
     with pytest.raises(ScenarioError) as err:
         load_file(_write(tmp_path, text))
     assert _problem_fields(err.value) == ["memory", "pinning", "expect"]
+
+
+@pytest.mark.parametrize(("extra", "words"), [
+    ('profile = ["h200-r580"]\n', "profile: expected one of ['h100-r575'"),
+    ("profile = { name = 1 }\n", "profile: expected one of ['h100-r575'"),
+    ('backends = [["fake"]]\n', "backends: expected a non-empty array of 'fake' and 'cuda'"),
+    ("backends = [{ a = 1 }]\n", "backends: expected a non-empty array of 'fake' and 'cuda'"),
+    ("backends = []\n", "backends: expected a non-empty array of 'fake' and 'cuda'; got []"),
+    ('backends = ["cuda", "fake"]\n', None),
+])
+def test_a_value_of_another_type_is_a_problem_not_a_crash(tmp_path: Path, extra: str,
+                                                          words: str | None) -> None:
+    """Values that cannot be looked up in a table (a list, a table) are refused like any
+    other wrong value: one line naming the field, never a TypeError."""
+    if words is None:
+        (sc,) = load_file(_write(tmp_path, extra))
+        assert sc.backends == ("cuda", "fake")
+        return
+    with pytest.raises(ScenarioError) as err:
+        load_file(_write(tmp_path, extra))
+    assert words in str(err.value)
+
+
+@pytest.mark.parametrize("pool_type", ['["mla"]', "{ a = 1 }"])
+def test_a_pool_type_of_another_type_is_a_problem_not_a_crash(tmp_path: Path,
+                                                             pool_type: str) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text(POOL.replace('type = "mla"', f"type = {pool_type}"))
+    with pytest.raises(ScenarioError, match=r"pool\.type: expected one of \['deepseek"):
+        load_file(path)
