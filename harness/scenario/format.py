@@ -12,6 +12,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,9 @@ class Scenario:
         return f"{self.pool_type}/{layout}" if layout else self.pool_type
 
 
+_SCENARIO_ATTRIBUTES = frozenset(f.name for f in dataclass_fields(Scenario))
+
+
 def _pages_for(pool_type: str, params: dict[str, Any], total: int) -> int:
     """The page count whose pool is closest to ``total`` bytes without exceeding it."""
     one = make_geometry(pool_type, **{**params, "page_num": 1}).total_nbytes
@@ -119,14 +123,11 @@ def _resolve(problems: Problems, raw: Mapping[str, Any], pool: Mapping[str, Any]
     if not _sized(problems, pool_type, params, v["size"], v["memory"]):
         return None
     limit, chunk_var = v["chunk"]
-    return Scenario(id=f"{rel}/{v['name']}", file=problems.file, name=v["name"],
-                    guards=v["guards"], pool_type=pool_type, params=params, memory=v["memory"],
-                    chunk_limit=limit, profile=v["profile"], faults=v["faults"],
-                    exercise=v["exercise"], expect=v["expect"], empty=v["empty"],
-                    call_budget=v["call_budget"], tags=v["tags"], backends=v["backends"],
-                    target=v["target"], options=v["options"], pinning=v["pinning"],
-                    profile_options=v["profile_options"], base_offset=v["base_offset"],
-                    chunk_var=chunk_var, contract=v["contract"])
+    # every validator whose name is an attribute of Scenario fills it
+    own = {name: value for name, value in v.items() if name in _SCENARIO_ATTRIBUTES}
+    return Scenario(**{**own, "id": f"{rel}/{v['name']}", "file": problems.file,
+                       "pool_type": pool_type, "params": params, "chunk_limit": limit,
+                       "chunk_var": chunk_var})
 
 
 def _sized(problems: Problems, pool_type: str, params: dict[str, Any],
