@@ -32,6 +32,7 @@ class CudaTarget:
     default_machine: tuple[Any, ...] = ("h200-r580",)
     title = "CUDA"
     style_calls = styles.STYLE_CALLS
+    style_contracts = styles.STYLE_CONTRACTS
     options_table: str | None = None
     takes_base_offset = True
 

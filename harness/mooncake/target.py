@@ -31,6 +31,7 @@ class MooncakeTarget:
     default_machine: tuple[Any, ...] = ("released", (("mlx5_0", "mlx5"),), None, False)
     title = "Mooncake"
     style_calls = styles.STYLE_CALLS
+    style_contracts = styles.STYLE_CONTRACTS
     # the MR limit the store computes (``kvreg plan --mc-max-mr-size`` plans against it)
     effective_mr_limit = staticmethod(effective_mr_limit)
     options_table: str | None = "mooncake"
