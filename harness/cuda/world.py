@@ -94,13 +94,13 @@ def pending_errors(fake: Any, step: str) -> list[Pending]:
 class CudaWorld(TracedWorld):
     """One CUDA run: the fake (or real) runtime, the pool's buffers and the record."""
 
+    fake: Any      # FakeCuda or RealCuda (a Fake): their CUDA faces and runtimes
     record: RunRecord
 
     def __init__(self, sc: Scenario, fake: Fake, buffers: list[Any], record: RunRecord,
                  real_hw: bool, budget: CallBudget) -> None:
         super().__init__(fake, record, budget)
         self.sc = sc
-        self.cuda: Any = fake   # FakeCuda or RealCuda: their CUDA faces and runtimes
         self.buffers = buffers
         self.real_hw = real_hw
         # the page extents in closed form: the reference's seam unit, at any page count
@@ -115,20 +115,20 @@ class CudaWorld(TracedWorld):
         chunk_gb = chunk_env(self.sc)
         stack = ExitStack()
         if not self.real_hw:    # last on the way out: the scenario's buffers end with it
-            stack.callback(release, [self.cuda.space])
-        stack.enter_context(patch_torch_cudart(self.cuda.torch) if self.real_hw
-                            else self.cuda.patch())
+            stack.callback(release, [self.fake.space])
+        stack.enter_context(patch_torch_cudart(self.fake.torch) if self.real_hw
+                            else self.fake.patch())
         stack.enter_context(env_var(ENV_CHUNK_GB, chunk_gb))
         return stack
 
     def cudart(self) -> Any:
         """What the generic style gets: the process's torch door (code that keeps it across
         scenarios reaches each scenario's fake), or the fake's own face without torch."""
-        return torch_cudart_facade() if TORCH_DOOR.stack else self.cuda.torch
+        return torch_cudart_facade() if TORCH_DOOR.stack else self.fake.torch
 
     def register(self, impl: Implementation) -> bool:
         """Register every buffer, as the pool constructor does; stop at the first error."""
-        fake, sc, cudart = self.cuda, self.sc, self.cudart()
+        fake, sc, cudart = self.fake, self.sc, self.cudart()
         for b in self.record.buffers:
             try:
                 b.granularity = styles.granularity(impl, b.spec, sc.chunk_limit, self.families,
@@ -158,7 +158,7 @@ class CudaWorld(TracedWorld):
         """Every page through the batch copy API (nothing to copy in an empty pool)."""
         if self.sc.empty:
             return
-        fake = self.cuda
+        fake = self.fake
         self.record.transfer = copy_every_page(
             fake.runtime, self.record.geometry, self.buffers,
             registrations=[(r.base, r.size) for r in fake.live_registrations()],
@@ -180,13 +180,13 @@ class CudaWorld(TracedWorld):
                 continue
             self.progress.step(f"teardown round {round_ + 1}", b.spec.name)
             _, error = self.attempt(partial(
-                call_on_register_thread, self.cuda, styles.teardown, impl, self.cudart(),
+                call_on_register_thread, self.fake, styles.teardown, impl, self.cudart(),
                 self.buffers[b.index], b.handle))
             if error is not None:
                 self.record.teardown_errors.append((round_, b.index, error))
 
     def finish(self) -> None:
-        fake = self.cuda
+        fake = self.fake
         fake.trace.observer = None
         returned = not self.record.teardown_errors
         self.record.pending += [replace(p, returned=returned)
