@@ -23,7 +23,7 @@ from typing import Any
 import torch  # noqa: F401
 
 from kvreg.harness.mooncake import reference
-from kvreg.harness.mooncake.target import MooncakeWorld
+from kvreg.harness.mooncake.world import MooncakeWorld
 from kvreg.harness.run.core import run_scenario
 from kvreg.harness.run.implementation import Implementation
 from kvreg.harness.scenario import load_file

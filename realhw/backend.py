@@ -300,6 +300,10 @@ class RealCuda:
                                         hit[1] if hit else None))
         return out
 
+    def live(self) -> list[LiveRegistration]:
+        """What is still registered, as a fake answers it (kvreg.fakes.protocol.Fake)."""
+        return self.live_registrations()
+
     def leak_report(self) -> str:
         return format_leaks(self.live_registrations())
 

@@ -26,6 +26,7 @@ from ..address_space import AddressSpace
 from ..doors import PROCESS, enlist, make_stale
 from ..faults import FaultPlan, FaultRule
 from ..patching import patch_ctypes_cudart, patch_cuda_bindings, patch_torch_cudart
+from ..protocol import leak_text
 from ..recorder import Intercepted, Trace
 from . import errors as E
 from .ctypes_face import LIBCUDART_NAME, CtypesCudartFace, FakeCudartLibrary, is_libcudart
@@ -191,14 +192,13 @@ class FakeCuda:
                                         hit[0] if hit else None, hit[1] if hit else None))
         return out
 
+    def live(self) -> list[LiveRegistration]:
+        """What is still registered (fakes/protocol.py): the live host registrations."""
+        return self.live_registrations()
+
     def leak_report(self) -> str:
         """Empty when nothing leaked; otherwise one line per live registration."""
-        live = self.live_registrations()
-        if not live:
-            return ""
-        lines = [f"{len(live)} host registration(s) still live (never unregistered):"]
-        lines += [f"  {r.describe()}" for r in live]
-        return "\n".join(lines)
+        return leak_text(self.live(), "host registration(s) still live (never unregistered)")
 
     # -- activation -----------------------------------------------------------------------------
     @contextmanager

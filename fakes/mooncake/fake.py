@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..doors import enlist, make_stale
 from ..faults import FaultRule
+from ..protocol import leak_text
 from ..verbs.fabric import Fabric, Node
 from ..verbs.modules import door_modules, patch_modules
 from .config import ReplicateConfig, bind_allocator, bind_to_numa_node
@@ -141,14 +142,14 @@ class FakeMooncake:
                                       hit[1] if hit else None))
         return out
 
+    def live(self) -> list[LiveBuffer]:
+        """What is still registered (fakes/protocol.py): every open store's buffers."""
+        return self.live_buffers()
+
     def leak_report(self) -> str:
         """Empty when every registered buffer was unregistered (or its store closed)."""
-        live = self.live_buffers()
-        if not live:
-            return ""
-        lines = [f"{len(live)} Mooncake buffer(s) still registered (never unregistered):"]
-        lines += [f"  {b.describe()}" for b in live]
-        return "\n".join(lines)
+        return leak_text(self.live(),
+                         "Mooncake buffer(s) still registered (never unregistered)")
 
     def close_all(self) -> None:
         """Close every store (tearDownAll), as process exit would."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..address_space import AddressSpace
 from ..faults import FaultPlan, FaultRule
+from ..protocol import leak_text
 from ..recorder import Trace
 from . import enums as V
 from .errors import errno_name
@@ -168,14 +169,13 @@ class Fabric:
                                   hit[1] if hit else None))
         return out
 
+    def live(self) -> list[LiveMR]:
+        """What is still registered (fakes/protocol.py): every NIC's live MRs."""
+        return self.live_mrs()
+
     def leak_report(self) -> str:
         """Empty when no MR is left; otherwise one line per MR still registered."""
-        live = self.live_mrs()
-        if not live:
-            return ""
-        lines = [f"{len(live)} MR(s) still registered (never deregistered):"]
-        lines += [f"  {m.describe()}" for m in live]
-        return "\n".join(lines)
+        return leak_text(self.live(), "MR(s) still registered (never deregistered)")
 
     # -- activation ---------------------------------------------------------------------
     @contextmanager

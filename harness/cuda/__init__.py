@@ -1,6 +1,6 @@
 """The ``cuda`` target: cudaHostRegister of host pools through the cudart faces.
 
-``reference`` (kvreg's correct registration), ``buffers`` (the pool's memory), ``transfers``
-(every page through the batch copy API), ``checks`` (the rules a run is judged by) and
-``target`` (the world the runner core drives).
+The files every target has: ``target`` (the Target), ``options`` (what a scenario fixes),
+``world`` (the run the core drives), ``reference``, ``styles``, ``transfers``, ``selection``
+and ``checks``; ARCHITECTURE.md lists its own besides.
 """

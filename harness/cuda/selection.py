@@ -1,35 +1,33 @@
 """Which page extents the copy step sends through ``cudaMemcpyBatchAsync``, and why that suffices.
 
 The runtime's copy rule (docs/cuda-runtime.md §5.1, §5.4) judges a host range only by how the
-registrations cover it: wholly inside one registration, wholly pageable, partly both, or spread
-over two. Between two consecutive registration edges of a buffer that cover is the same
-everywhere, so every extent that lies strictly between two edges gets the verdict of any other
-extent of the same gap. Small pools copy every extent (the walk is cheap and the most direct
-evidence); above ``COPY_ALL_BELOW`` extents the step copies, per extent family: the pages that
-touch an edge (seams, registration bases and ends, buffer ends), the first page after each edge
-(the gap's representative), the first and last page, and a seeded sample of the rest. The first
-failing extent in row order is then the same one a full walk would find: a failing extent that
-was not copied shares its gap with a copied representative of a lower row.
+registrations cover it, so the pages that decide are those of
+harness/pools/deciding_pages.py: every extent of a small pool (the walk is cheap and the most
+direct evidence); above ``COPY_ALL_BELOW`` extents, per extent family, the pages at the
+registration edges, the first and last page and a seeded sample, copied in row order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from kvreg.harness.pools import PoolGeometry
-from kvreg.harness.pools.base import ExtentFamily, Int64Array
-from kvreg.harness.pools.families import row_count, touching_pages
+from kvreg.harness.pools.base import Int64Array
+from kvreg.harness.pools.deciding_pages import (
+    COPY_ALL_BELOW,
+    SAMPLE,
+    edge_pages,
+    walks_every_page,
+)
+from kvreg.harness.pools.families import row_count
 
-__all__ = ["BATCH", "COPY_ALL_BELOW", "SAMPLE", "CopyOutcome", "CopySelection", "buffer_edges",
-           "copy_selected", "select_copies"]
+__all__ = ["BATCH", "CopyOutcome", "CopySelection", "copy_selected", "select_copies"]
 
-COPY_ALL_BELOW = 1 << 18   # extents: at or below this, every one is copied
 BATCH = 1 << 18           # descriptors per call (bounds the validation temporaries)
-SAMPLE = 512               # extra extents drawn at random (seeded) above the threshold
 
 EVERY_PAGE = "every page"
 EDGES_AND_SAMPLE = ("pages touching a seam or registration edge, one page per gap between "
@@ -57,41 +55,19 @@ class CopySelection:
                 "method": self.method}
 
 
-def buffer_edges(base: int, nbytes: int, registrations: Iterable[tuple[int, int]]) -> Int64Array:
-    """Offsets (from the buffer base) where the registration cover of the buffer may change:
-    the buffer's ends and every registration base and end that falls inside it."""
-    cuts = {0, nbytes}
-    for ptr, size in registrations:
-        for edge in (ptr - base, ptr + size - base):
-            if 0 < edge < nbytes:
-                cuts.add(edge)
-    return np.array(sorted(cuts), dtype=np.int64)
-
-
-def _family_pages(f: ExtentFamily, edges: Int64Array, rng: np.random.Generator,
-                  sample: int) -> Int64Array:
-    inside = edges[(edges >= f.base) & (edges <= f.span_end)]
-    picks = [touching_pages(f, inside), np.array([0, f.count - 1], dtype=np.int64)]
-    if sample:
-        picks.append(rng.integers(0, f.count, size=min(sample, f.count), dtype=np.int64))
-    return np.unique(np.concatenate(picks))
-
-
 def select_copies(geometry: PoolGeometry, edges: Sequence[Int64Array], *, seed: int = 0,
                   copy_all_below: int = COPY_ALL_BELOW, sample: int = SAMPLE) -> CopySelection:
-    """The extents to copy; ``edges[i]`` are buffer i's edges (see buffer_edges)."""
+    """The extents to copy; ``edges[i]`` are buffer i's edges (deciding_pages.buffer_edges)."""
     fams = [f for f in geometry.extent_families() if f.count]
     total = row_count(fams)
-    # the gap argument needs extents no longer than their stride (true of every bundled pool)
-    if total <= copy_all_below or any(f.size > f.stride for f in fams):
+    if walks_every_page(fams, copy_all_below):
         ext = geometry.page_extents()
         rows = np.arange(len(ext), dtype=np.int64)
         return CopySelection(rows, ext.buffer, ext.offset, ext.size, total, EVERY_PAGE)
-    rng = np.random.default_rng(seed)
-    per_family = max(1, sample // len(fams)) if sample else 0
     parts = []
-    for f in fams:
-        pages = _family_pages(f, edges[f.buffer], rng, per_family)
+    for f, (at_edges, anchors) in zip(fams, edge_pages(fams, edges, seed=seed, sample=sample),
+                                      strict=True):
+        pages = np.union1d(at_edges, anchors)
         parts.append((f.row_start + pages * f.row_step, np.full(len(pages), f.buffer),
                       f.base + pages * f.stride, np.full(len(pages), f.size)))
     rows = np.concatenate([p[0] for p in parts]).astype(np.int64)

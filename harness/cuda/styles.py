@@ -17,14 +17,16 @@ from typing import TYPE_CHECKING, Any
 from kvreg.harness.plan.chunking import reference_unit
 from kvreg.harness.pools import BufferSpec
 from kvreg.harness.pools.base import ExtentFamily
+from kvreg.harness.run.contract import Contract, StyleContract
 from kvreg.harness.run.style_names import SELF_REACHING
 
 from . import reference
+from .reference import ENV_CHUNK_GB
 
 if TYPE_CHECKING:
     from kvreg.harness.run.implementation import Implementation, StyleCall
 
-__all__ = ["STYLE_CALLS", "check_limit", "granularity", "register", "teardown"]
+__all__ = ["STYLE_CALLS", "STYLE_CONTRACTS", "check_limit", "granularity", "register", "teardown"]
 
 GiB = 1 << 30
 _P = None
@@ -40,6 +42,37 @@ STYLE_CALLS: dict[str, tuple[StyleCall, StyleCall]] = {
                ("teardown(ranges)", (_P,), ())),
 }
 STYLE_CALLS["driver"] = STYLE_CALLS["ctypes"]
+
+
+def _sglang_text(contract: Contract) -> str:
+    return (f"contract: chunk limit from {ENV_CHUNK_GB} (sglang style): each call within it "
+            "where a granularity is passed, a granularity above it refused before any call")
+
+
+def _declared_text(contract: Contract) -> str:
+    """A register that declares its contract by its signature (generic, ctypes, driver)."""
+    if not contract.limit:
+        return (f"contract: none declared by {contract.signature}: judged against the device "
+                "profile only")
+    return (f"contract: chunk_limit{' and granularity' if contract.granularity else ''} "
+            f"declared by {contract.signature}: each call within chunk_limit"
+            + (", a granularity above it refused before any call" if contract.rejects else
+               "; no granularity declared, so the scenarios of a granularity above the "
+               "limit are skipped"))
+
+
+_DECLARED = StyleContract(limit_word="chunk-limit",
+                          refused="a granularity above the chunk limit",
+                          register_text=_declared_text)
+# how each style declares its contract (run/contract.py): the sglang style by SGLang's own
+# code (the limit from the environment, a repeatable teardown, docs/pools.md §1.1); the
+# others by register's signature and teardown's ``repeatable`` attribute
+STYLE_CONTRACTS: dict[str, StyleContract] = {
+    "sglang": StyleContract(source=f"environment:{ENV_CHUNK_GB}", limit_word="chunk-limit",
+                            refused="a granularity above the chunk limit", repeatable=True,
+                            limit_with_granularity_only=True, register_text=_sglang_text),
+    "generic": _DECLARED, "ctypes": _DECLARED, "driver": _DECLARED,
+}
 
 
 def granularity(impl: Implementation, spec: BufferSpec, limit: int,

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvreg.harness.pools import PoolGeometry
+from kvreg.harness.pools.deciding_pages import buffer_edges
 
-from .selection import buffer_edges, copy_selected, select_copies
+from .selection import copy_selected, select_copies
 
 __all__ = ["TransferResult", "copy_every_page"]
 

@@ -1,6 +1,7 @@
 """The ``mooncake`` target: register_buffer of host pools in a Mooncake Store over RDMA.
 
-``reference`` (kvreg's correct registration, the MR limit), ``io`` (pages through the store),
-``pd`` (prefill -> decode RDMA writes), ``checks`` (the rules a run is judged by) and
-``target`` (the options table and the world the runner core drives).
+The files every target has: ``target`` (the Target), ``options`` (the ``mooncake`` table),
+``world`` (the deployment and the run the core drives), ``reference`` (and the MR limit),
+``styles``, ``transfers`` (pages through the store), ``selection`` and ``checks``; and ``pd``
+(prefill -> decode RDMA writes).
 """

@@ -5,12 +5,12 @@ NIC each SGE inside one MR (§5.3): a page's fate depends only on how the MRs of
 its extents. Between two consecutive MR edges of a buffer that cover is the same everywhere,
 so every page lying strictly between two edges fails or passes like any other page of the
 same gap. Small pools are walked page by page (the most direct evidence: a virtual pool sends
-the pages not inside one MR, a real one every page); above the CUDA target's threshold
-(``COPY_ALL_BELOW`` page-meta rows, harness/cuda/selection.py) the selection is computed
-from the extent families: every page touching an MR edge (seams, MR bases and ends, buffer
-ends), the first page of each gap between edges, the first and last page of every family and a
-seeded sample. The lowest failing page of each family is then selected, so the first failure
-in call order is the one moving every page would find.
+the pages not inside one MR, a real one every page); above ``COPY_ALL_BELOW`` page-meta rows
+the selection is the pages that decide of harness/pools/deciding_pages.py: every page
+touching an MR edge (seams, MR bases and ends, buffer ends), the first page of each gap
+between edges, the first and last page of every family and a seeded sample. The lowest
+failing page of each family is then selected, so the first failure in call order is the
+one moving every page would find.
 """
 
 from __future__ import annotations
@@ -22,10 +22,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from kvreg.harness.cuda.selection import COPY_ALL_BELOW, SAMPLE, buffer_edges
 from kvreg.harness.pools import PoolGeometry
 from kvreg.harness.pools.base import ExtentFamily
-from kvreg.harness.pools.families import row_count, touching_pages
+from kvreg.harness.pools.deciding_pages import (
+    COPY_ALL_BELOW,
+    SAMPLE,
+    buffer_edges,
+    edge_pages,
+    walks_every_page,
+)
 
 if TYPE_CHECKING:   # transfers.py calls select_pages: types only from there
     from .transfers import MrRange, PoolBuffer
@@ -108,17 +113,6 @@ def _walk(geometry: PoolGeometry, pools: Sequence[Sequence[PoolBuffer]],
                       np.array([0, geometry.page_count - 1], dtype=np.int64))
 
 
-def _family_pages(f: ExtentFamily, edges: Int64s, rng: np.random.Generator,
-                  sample: int) -> tuple[Int64s, Int64s]:
-    """(the pages next to the edges inside the family, its first and last page and a
-    seeded sample of ``sample`` pages)."""
-    inside = edges[(edges >= f.base) & (edges <= f.span_end)]
-    anchors = [np.array([0, f.count - 1], dtype=np.int64)]
-    if sample:
-        anchors.append(rng.integers(0, f.count, size=min(sample, f.count), dtype=np.int64))
-    return touching_pages(f, inside), np.unique(np.concatenate(anchors))
-
-
 def select_pages(geometry: PoolGeometry, pools: Sequence[Sequence[PoolBuffer]],
                  ranges: Sequence[Sequence[MrRange]], *, real: bool, seed: int = 0,
                  walk_below: int = COPY_ALL_BELOW, sample: int = SAMPLE) -> PageSelection:
@@ -133,15 +127,11 @@ def select_pages(geometry: PoolGeometry, pools: Sequence[Sequence[PoolBuffer]],
     if not geometry.has_page_meta:
         return PageSelection(np.arange(count, dtype=np.int64), count, EVERY_PAGE)
     fams = [f for f in geometry.extent_families() if f.count]
-    # the gap argument needs extents no longer than their stride (true of every bundled pool)
-    if row_count(fams) <= walk_below or any(f.size > f.stride for f in fams):
+    if walks_every_page(fams, walk_below):
         if real:
             return PageSelection(np.arange(count, dtype=np.int64), count, EVERY_PAGE)
         return PageSelection(_walk(geometry, pools, ranges), count, OUTSIDE_ONE_MR)
-    edges = buffer_mr_edges(pools, ranges)
-    rng = np.random.default_rng(seed)
-    per_family = max(1, sample // len(fams)) if sample else 0
-    picked = [_family_pages(f, edges[f.buffer], rng, per_family) for f in fams]
+    picked = edge_pages(fams, buffer_mr_edges(pools, ranges), seed=seed, sample=sample)
     at_edges = np.unique(np.concatenate([p for p, _ in picked]))
     anchors = np.unique(np.concatenate([a for _, a in picked]))
     if real:

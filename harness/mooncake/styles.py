@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kvreg.harness.run.contract import Contract, StyleContract
+
 from . import reference
 
 if TYPE_CHECKING:
     from kvreg.harness.run.implementation import Implementation, StyleCall
 
-__all__ = ["STYLE_CALLS", "computes_own_mr_limit", "register_mr", "registers_mrs",
-           "teardown_mr"]
+__all__ = ["STYLE_CALLS", "STYLE_CONTRACTS", "computes_own_mr_limit", "register_mr",
+           "registers_mrs", "teardown_mr"]
 
 _P = None
 # how the mooncake style calls the two functions (implementation.StyleCall)
@@ -21,6 +23,25 @@ STYLE_CALLS: dict[str, tuple[StyleCall, StyleCall]] = {
     "mooncake": (("register(store, ptr, nbytes, *, max_mr_size, granularity)", (_P, 0, 0),
                   ("max_mr_size", "granularity")),
                  ("teardown(store, ranges)", (_P, _P), ())),
+}
+
+
+def _mooncake_text(contract: Contract) -> str:
+    if contract.rejects:
+        return (f"contract: max_mr_size and granularity declared by {contract.signature}: an "
+                "object stride above max_mr_size refused before any call; MRs judged against "
+                "the store profile")
+    return (f"contract: none declared by {contract.signature}: judged against the store "
+            "profile only (the scenarios of a stride above the MR limit are skipped)")
+
+
+# how the mooncake style declares its contract (run/contract.py): by register's signature;
+# the MR limit it gets is the store's (a fact of the real store, not a promise), so a
+# max_mr_size defaulting to None still gets it, and no chunk-over-limit rule judges it
+STYLE_CONTRACTS: dict[str, StyleContract] = {
+    "mooncake": StyleContract(keywords=("max_mr_size", "granularity"), limit_word="MR-limit",
+                              refused="an object stride above the MR limit", limit_rule=False,
+                              none_default_gets_value=True, register_text=_mooncake_text),
 }
 
 

@@ -23,12 +23,13 @@ from typing import Any
 
 from kvreg.fakes.dtypes import DType
 from kvreg.harness.cuda.checks import BufferRun, RunRecord, check_run, check_warnings
-from kvreg.harness.cuda.target import next_seq, pending_errors
 from kvreg.harness.cuda.transfers import copy_every_page
+from kvreg.harness.cuda.world import pending_errors
 from kvreg.harness.plan.chunking import PlanError, reference_unit
 from kvreg.harness.pools.base import BufferSpec, PoolGeometry, Region
 from kvreg.harness.run.endstate import PINNING, summarize_exception
 from kvreg.harness.run.result import Violation
+from kvreg.harness.run.world import next_seq
 
 __all__ = ["PoolCheck", "PoolRegistrationError", "assert_pool_registered",
            "assert_pool_released", "chunk_limit_from_env"]

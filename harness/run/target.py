@@ -19,6 +19,7 @@ from .result import Violation
 if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
 
+    from .contract import StyleContract
     from .implementation import Implementation
 
 __all__ = ["CannotRun", "ProcessConfig", "SkipScenario", "Target", "World"]
@@ -113,6 +114,9 @@ class Target(Protocol):
     # style -> how an implementation of that style calls (register, teardown) on it (the
     # styles it runs; implementation.StyleCall); its world calls the style and its own reference
     style_calls: Mapping[str, tuple[Any, Any]]
+    # style -> how it declares its contract and how the report words it (the styles it
+    # describes; contract.StyleContract)
+    style_contracts: Mapping[str, StyleContract]
     # whether its buffers can start ``[pool] base_offset`` bytes into a page (the target
     # that places its buffers itself says no)
     takes_base_offset: bool

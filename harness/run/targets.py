@@ -4,7 +4,8 @@ It imports no target at module level, so scenario validation can ask a target ab
 options without the runner, and a target's fakes load only when a scenario names it.
 Importing a target also declares its fakes' fault points (``mooncake.*``, ``verbs.*``).
 What the generic layers need from every target at once (the environment variables they
-watch, the machine a worker imports under by default) is read here from the targets.
+watch, the machine a worker imports under by default, how each style declares its contract)
+is read here from the targets.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from typing import TYPE_CHECKING, cast
 from .target import ProcessConfig
 
 if TYPE_CHECKING:
+    from .contract import StyleContract
     from .target import Target
 
 __all__ = ["DEFAULT_TARGET", "TARGETS", "default_configs", "get_target", "option_tables",
-           "watched_env"]
+           "style_contract", "watched_env"]
 
 # name -> module whose TARGET attribute is the target object
 TARGETS: dict[str, str] = {
@@ -70,3 +72,13 @@ def option_tables() -> dict[str, str]:
         if key is not None:
             tables[key] = name
     return tables
+
+
+def style_contract(style: str) -> StyleContract | None:
+    """How ``style`` declares its contract (contract.StyleContract), from the first target
+    that describes it (Target.style_contracts), or None where none does."""
+    for name in TARGETS:
+        found = get_target(name).style_contracts.get(style)
+        if found is not None:
+            return found
+    return None

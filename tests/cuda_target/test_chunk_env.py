@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from kvreg.harness.cuda.target import ENV_CHUNK_GB, TARGET, chunk_env
+from kvreg.harness.cuda.options import ENV_CHUNK_GB, chunk_env
+from kvreg.harness.cuda.target import TARGET
 from kvreg.harness.run.core import run_scenario
 from kvreg.harness.run.implementation import make_implementation
 from kvreg.harness.scenario import Scenario, load_file

@@ -63,12 +63,12 @@ def test_handles_lost_to_null_leak_every_chunk(by_id: dict[str, Scenario]) -> No
 # -- internal-error: an exception inside kvreg -----------------------------------------------
 
 def _broken_checks(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kvreg.harness.cuda.target as cuda_target
+    import kvreg.harness.cuda.world as cuda_world
 
     def check_run(record: Any) -> Any:
         raise KeyError("kvreg's own bug")
 
-    monkeypatch.setattr(cuda_target, "check_run", check_run)
+    monkeypatch.setattr(cuda_world, "check_run", check_run)
 
 
 def test_a_crash_in_kvregs_checks_is_an_internal_error_with_exit_3(

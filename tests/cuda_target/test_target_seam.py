@@ -69,6 +69,7 @@ class Target:
     title = "Stub"
     options_table = None
     style_calls = {}
+    style_contracts = {}
     takes_base_offset = True
     world = None
     def validate_options(self, options): return []

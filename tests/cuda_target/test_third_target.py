@@ -64,6 +64,7 @@ class ThirdTarget:
     title = "Third"
     options_table = "third"
     style_calls = {}
+    style_contracts = {}
     takes_base_offset = False
 
     def validate_options(self, options):

@@ -1,5 +1,5 @@
 """The Mooncake runner's rules, one situation each: what a wrong implementation does, and the
-sentence kvreg says about it (harness/mooncake/target.py, harness/mooncake/checks.py)."""
+sentence kvreg says about it (harness/mooncake/world.py, harness/mooncake/checks.py)."""
 
 from __future__ import annotations
 

@@ -34,12 +34,12 @@ def _project(pytester: pytest.Pytester) -> None:
 
 def test_an_internal_error_fails_the_item_as_kvregs(pytester: pytest.Pytester,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    import kvreg.harness.cuda.target as cuda_target
+    import kvreg.harness.cuda.world as cuda_world
 
     def check_run(record: Any) -> Any:
         raise ZeroDivisionError("kvreg divided by zero")
 
-    monkeypatch.setattr(cuda_target, "check_run", check_run)
+    monkeypatch.setattr(cuda_world, "check_run", check_run)
     _project(pytester)
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)

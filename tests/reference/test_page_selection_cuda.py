@@ -20,11 +20,11 @@ from kvreg.harness.cuda.buffers import allocate
 from kvreg.harness.cuda.selection import (
     EDGES_AND_SAMPLE,
     EVERY_PAGE,
-    buffer_edges,
     copy_selected,
     select_copies,
 )
 from kvreg.harness.pools import MHAGeometry, PoolGeometry
+from kvreg.harness.pools.deciding_pages import buffer_edges
 from kvreg.harness.strategies import registered_geometries
 
 
