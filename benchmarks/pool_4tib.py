@@ -15,11 +15,11 @@ import time
 import torch  # noqa: F401
 
 from kvreg.fakes import FakeCuda
-from kvreg.harness.cuda.buffers import allocate
 from kvreg.harness.cuda.reference import register, teardown
 from kvreg.harness.cuda.transfers import copy_every_page
 from kvreg.harness.plan.chunking import plan_pool
 from kvreg.harness.pools import make_geometry
+from kvreg.harness.pools.buffers import allocate
 
 GiB = 1 << 30
 TiB = 1 << 40

@@ -27,12 +27,12 @@ from typing import Any
 import torch  # noqa: F401
 
 from kvreg.fakes import FakeCuda
-from kvreg.harness.cuda.buffers import allocate
 from kvreg.harness.cuda.reference import register, teardown
 from kvreg.harness.cuda.transfers import copy_every_page
 from kvreg.harness.plan.chunking import ALGORITHMS, PlanError, plan_pool
 from kvreg.harness.plan.svg import render_svg
 from kvreg.harness.pools import make_geometry
+from kvreg.harness.pools.buffers import allocate
 from kvreg.harness.run.core import run_scenario
 from kvreg.harness.run.implementation import make_implementation
 from kvreg.harness.scenario import load_file

@@ -21,6 +21,7 @@ from kvreg.fakes.cuda.fake_cuda import FakeCuda
 from kvreg.fakes.cuda.profile import profile_with_options
 from kvreg.fakes.patching import TORCH_DOOR, patch_torch_cudart, torch_cudart_facade
 from kvreg.harness.plan.chunking import PlanError, reference_unit
+from kvreg.harness.pools.buffers import allocate, allocate_pinnable, release
 from kvreg.harness.run.budget import CallBudget
 from kvreg.harness.run.endstate import Pending, summarize_exception
 from kvreg.harness.run.isolation import env_var
@@ -29,7 +30,6 @@ from kvreg.harness.run.target import SkipScenario
 from kvreg.harness.run.world import TracedWorld, next_seq
 
 from . import styles
-from .buffers import allocate, allocate_pinnable, release
 from .calling_thread import call_on_register_thread
 from .checks import BufferRun, RunRecord, check_run, check_warnings
 from .options import ENV_CHUNK_GB, chunk_env

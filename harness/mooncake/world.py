@@ -21,8 +21,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kvreg.fakes.mooncake import FakeMooncake
-from kvreg.harness.cuda.buffers import release
 from kvreg.harness.pools import GeometryError, PoolGeometry
+from kvreg.harness.pools.buffers import release
 from kvreg.harness.run.budget import CallBudget
 from kvreg.harness.run.endstate import summarize_exception
 from kvreg.harness.run.isolation import env_var

@@ -292,8 +292,8 @@ class PoolFactory:
         self.fake = fake
 
     def __call__(self, pool_type: str, *, real: bool = False, **params: Any) -> Any:
-        from kvreg.harness.cuda.buffers import allocate
         from kvreg.harness.pools import make_geometry
+        from kvreg.harness.pools.buffers import allocate
 
         geometry = make_geometry(pool_type, **params)
         return PoolHandle(geometry, allocate(geometry, self.fake.space, real=real))

@@ -18,7 +18,7 @@ import pytest
 from kvreg.fakes import reserved
 from kvreg.fakes.address_space import AddressSpace
 from kvreg.fakes.cuda.host_mapping import range_is_mapped
-from kvreg.harness.cuda.buffers import allocate
+from kvreg.harness.pools.buffers import allocate
 from kvreg.harness.run.core import run_scenario
 from kvreg.harness.run.implementation import make_implementation
 from kvreg.harness.scenario.format import TORCH_BASE_OFFSET, ScenarioError, load_file
@@ -175,8 +175,8 @@ def test_real_hardware_buffers_take_the_offset_too() -> None:
     into the page-aligned memory it is given, as torch's own tensor would be."""
     import numpy as np
 
-    from kvreg.harness.cuda.buffers import allocate_pinnable
     from kvreg.harness.pools import make_geometry
+    from kvreg.harness.pools.buffers import allocate_pinnable
 
     class Backend:
         def __init__(self) -> None:

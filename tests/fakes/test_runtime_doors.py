@@ -122,8 +122,8 @@ def _bundled(limit: int = 24) -> list[Any]:
 @pytest.mark.parametrize("example", EXAMPLES)
 @pytest.mark.parametrize("sc", _bundled(), ids=lambda s: s.id)
 def test_example_registers_pool_buffers_all_or_nothing(example: str, sc: Any) -> None:
-    from kvreg.harness.cuda.buffers import allocate
     from kvreg.harness.plan.chunking import reference_unit
+    from kvreg.harness.pools.buffers import allocate
 
     mod = _example(example)
     fake = FakeCuda(sc.profile)

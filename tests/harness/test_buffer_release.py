@@ -1,5 +1,5 @@
 """A scenario's virtual buffers end with it: many 4 TiB pools fit one process, and the pages
-the code wrote count against the memory limit (issue 18 §2; harness/cuda/buffers.release)."""
+the code wrote count against the memory limit (issue 18 §2; harness/pools/buffers.release)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from kvreg.fakes import reserved
 from kvreg.fakes.address_space import AddressSpace
-from kvreg.harness.cuda import buffers
+from kvreg.harness.pools import buffers
 from kvreg.harness.run.core import run_scenario
 from kvreg.harness.run.implementation import make_implementation
 from kvreg.harness.scenario import load_file

@@ -16,7 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvreg.fakes import FakeCuda
-from kvreg.harness.cuda.buffers import allocate
 from kvreg.harness.cuda.selection import (
     EDGES_AND_SAMPLE,
     EVERY_PAGE,
@@ -24,6 +23,7 @@ from kvreg.harness.cuda.selection import (
     select_copies,
 )
 from kvreg.harness.pools import MHAGeometry, PoolGeometry
+from kvreg.harness.pools.buffers import allocate
 from kvreg.harness.pools.deciding_pages import buffer_edges
 from kvreg.harness.strategies import registered_geometries
 

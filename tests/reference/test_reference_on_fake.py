@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from kvreg.fakes import FakeCuda
 from kvreg.harness.cuda import reference
-from kvreg.harness.cuda.buffers import allocate
 from kvreg.harness.cuda.reference import RegistrationError, register, teardown
 from kvreg.harness.cuda.transfers import copy_every_page
 from kvreg.harness.plan.chunking import plan_pool
 from kvreg.harness.pools import PoolGeometry, make_geometry
+from kvreg.harness.pools.buffers import allocate
 from kvreg.harness.strategies import chunk_limits, registered_geometries
 
 GiB = 1 << 30
