@@ -31,7 +31,7 @@ from . import styles
 from .buffers import allocate, allocate_pinnable, release
 from .calling_thread import call_on_register_thread
 from .checks import BufferRun, RunRecord, check_run, check_warnings
-from .teardown_once import not_retried, not_retried_warnings
+from .teardown_once import not_retried
 from .transfers import copy_every_page
 
 if TYPE_CHECKING:
@@ -113,9 +113,8 @@ class CudaWorld:
         self.progress = Progress()
         self.budget: CallBudget | None = None     # counts the implementation's calls
         # one teardown round only (no repeatable-teardown contract): the chunks a failed
-        # unregister left pinned there, base -> (size, the call): warnings (teardown_once.py)
+        # unregister left pinned there are warnings (record.kept, teardown_once.py)
         self.once = False
-        self.kept: dict[int, tuple[int, Any]] = {}
 
     def _implementation(self) -> AbstractContextManager[Any]:
         """Where the implementation's code runs: its calls spend the call budget."""
@@ -229,9 +228,9 @@ class CudaWorld:
         self.record.live_end = [(r.base, r.size) for r in self.fake.live_registrations()]
         if self.once:
             failed = not_retried(self.record)
-            self.kept = {p: (s, failed[p]) for p, s in self.record.live_end if p in failed}
-            self.record.live_end = [(p, s) for p, s in self.record.live_end
-                                    if p not in self.kept]
+            kept = {p: (s, failed[p]) for p, s in self.record.live_end if p in failed}
+            self.record.kept = kept
+            self.record.live_end = [(p, s) for p, s in self.record.live_end if p not in kept]
         if self.real_hw:
             self.fake.release_all()   # leave the real driver clean, whatever the code did
 
@@ -239,8 +238,7 @@ class CudaWorld:
         return check_run(self.record)
 
     def warnings(self) -> list[Violation]:
-        return sorted(check_warnings(self.record) + not_retried_warnings(self.record, self.kept),
-                      key=lambda v: v.seq)
+        return check_warnings(self.record)
 
     def calls(self) -> int:
         return len(self.record.trace)
