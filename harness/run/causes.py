@@ -17,12 +17,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .contract import KEYWORDS
 from .endstate import undrainable
 from .result import INTERNAL_ERROR, ScenarioResult, Violation
 
 __all__ = ["Cause", "causes", "dedupe", "hints", "render_causes"]
 
 _CALL_NO = re.compile(r"#\d+")
+# the keyword by which a style gives register the store's MR limit (contract.py's KEYWORDS):
+# where register was given it, MRs above it are the hint's subject
+MR_LIMIT_KEYWORD = "max_mr_size"
 _ERROR_TAIL = re.compile(r" (during|while|before|after) .*$")
 
 
@@ -133,7 +137,7 @@ def hints(results: Sequence[ScenarioResult], *, pinning: str | None = None,
                    "report lists each instance.")
     over = [r for r in results if r.verdict == "fail"
             and any(v.rule == "mr-over-limit" for v in r.violations)]
-    if over and style == "mooncake":
+    if over and MR_LIMIT_KEYWORD in KEYWORDS.get(style, ()):
         out.append(f"{len(over)} scenario(s) made MRs above the max_mr_size register was "
                    "given. A register that computes its own limit should still honour a "
                    "given one; the mooncake limit = \"own\" scenarios judge the limit it "

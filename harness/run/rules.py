@@ -308,4 +308,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # the registry the targets fill is the imported module's, not this __main__ copy's
+    from kvreg.harness.run.rules import main as _main
+    sys.exit(_main())
