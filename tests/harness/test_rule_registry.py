@@ -225,3 +225,34 @@ def test_the_checks_are_small_functions() -> None:
         assert not _long_functions(HARNESS / name, 80), name
     # the rule functions themselves stay far below that
     assert not _long_functions(HARNESS / "cuda" / "checks.py", 45)
+
+
+def test_what_is_left_at_the_end_is_said_in_the_order_the_runtime_lists_it() -> None:
+    """leak and not-rolled-back are two rule functions; their violations keep the order of
+    the chunks live at the end, interleaved, as when one loop said both (ORDER_RELEASE +
+    the chunk's place)."""
+    from kvreg.fakes.recorder import TraceEntry
+    from kvreg.harness.cuda.checks import BufferRun, RunRecord, check_run
+    from kvreg.harness.pools.registry import make_geometry
+    from kvreg.harness.run.endstate import summarize_exception
+
+    geo = make_geometry("mla", layout="page_first_direct", layer_num=2, kv_lora_rank=4,
+                        qk_rope_head_dim=4, dtype="bfloat16", page_size=2, page_num=4)
+    spec = geo.buffers()[0]
+    one, two = 0x7F0000000000, 0x7F0000100000
+    err = RuntimeError("cudaErrorMemoryAllocation (2)")
+    failed = BufferRun(0, spec, one, 64, err, None, False, 0, 3, summarize_exception(err), 64)
+    ok = BufferRun(1, spec, two, 64, None, None, True, 3, 6, None, 64)
+
+    def reg(seq: int, ptr: int, code: int = 0) -> TraceEntry:
+        return TraceEntry(seq, "torch", "cudaHostRegister", (ptr, 128, 0), code, code,
+                          False, 0)
+    trace = [reg(0, one), reg(1, one + 128, 2), reg(3, two), reg(4, two + 128)]
+    r = RunRecord(geo, 128, "register-error", None, [failed, ok], trace, teardown_start=10,
+                  exercised=("register", "teardown"),
+                  live_end=[(two + 128, 128), (one, 128), (two, 128)])
+    found = [(v.rule, v.message.split(")")[0]) for v in check_run(r)
+             if v.rule in ("leak", "not-rolled-back")]
+    assert found == [("leak", "chunk [kv_buffer+0x80, +128"),
+                     ("not-rolled-back", "chunk [kv_buffer+0x0, +128"),
+                     ("leak", "chunk [kv_buffer+0x0, +128")]
