@@ -242,6 +242,13 @@ class FaultPlan:
         raise_: BaseException | None = None
         if "raise" in spec:
             raise_ = RuntimeError(str(spec["raise"]))
+        where = f"fault on {spec['point']!r}"
+        for key in ("delay", "probability"):     # a file's string or table: one line, no crash
+            if key in spec and (isinstance(spec[key], bool)
+                                or not isinstance(spec[key], int | float)):
+                raise FaultPlanError(f"{where}: {key} must be a number, got {spec[key]!r}")
+        if "when" in spec and not isinstance(spec["when"], Mapping):
+            raise FaultPlanError(f"{where}: when must be a table, got {spec['when']!r}")
         predicate = _predicate_from(spec["when"]) if "when" in spec else None
         return self.arm(str(spec["point"]), error=spec.get("error"), raise_=raise_,
                         delay=float(spec.get("delay", 0.0)), nth=spec.get("nth"),

@@ -259,7 +259,8 @@ class CudaBindingsFace(types.ModuleType):
         self._errs = _error_members(self._err)
 
     # -- helpers -------------------------------------------------------------------------------
-    def _e(self, code: int) -> Any:
+    def _as_error(self, code: int) -> Any:
+        """The binding's cudaError_t member for ``code`` (a plain enum value when unnamed)."""
         hit = self._errs.get(code)
         return hit if hit is not None else self._err(code)
 
@@ -270,19 +271,19 @@ class CudaBindingsFace(types.ModuleType):
     # -- error strings and state (docs/cuda-runtime.md §1, §6) -------------------------------------
     def cudaGetErrorString(self, error: Any) -> tuple[Any, bytes]:
         """(cudaSuccess, text) for any code; unknown codes give 'unrecognized error code' (§1)."""
-        return self._e(0), E.error_string(int(error)).encode()
+        return self._as_error(0), E.error_string(int(error)).encode()
 
     def cudaGetErrorName(self, error: Any) -> tuple[Any, bytes]:
         """(cudaSuccess, name) for any code; unknown codes give 'unrecognized error code' (§1)."""
-        return self._e(0), E.error_name(int(error)).encode()
+        return self._as_error(0), E.error_name(int(error)).encode()
 
     def cudaGetLastError(self) -> tuple[Any]:
         """Returns and clears this runtime instance's pending error for the calling thread (§6)."""
-        return (self._e(self._kvreg_runtime.get_last_error()),)
+        return (self._as_error(self._kvreg_runtime.get_last_error()),)
 
     def cudaPeekAtLastError(self) -> tuple[Any]:
         """Returns the pending error without clearing it (§6)."""
-        return (self._e(self._kvreg_runtime.peek_at_last_error()),)
+        return (self._as_error(self._kvreg_runtime.peek_at_last_error()),)
 
     # -- registration (docs/cuda-runtime.md §2, §3) ------------------------------------------------
     def cudaHostRegister(self, ptr: Any, size: Any, flags: Any) -> tuple[Any]:
@@ -290,117 +291,117 @@ class CudaBindingsFace(types.ModuleType):
         p = pointer_arg(ptr)
         s = unsigned_arg(size, _U64, "size_t")
         f = unsigned_arg(flags, _U32, "unsigned int")
-        return (self._e(self._kvreg_runtime.host_register(p, s, f)),)
+        return (self._as_error(self._kvreg_runtime.host_register(p, s, f)),)
 
     def cudaHostUnregister(self, ptr: Any) -> tuple[Any]:
         """Exact base -> 0; interior pointer -> 1; unknown or released -> 713 (§3)."""
-        return (self._e(self._kvreg_runtime.host_unregister(pointer_arg(ptr))),)
+        return (self._as_error(self._kvreg_runtime.host_unregister(pointer_arg(ptr))),)
 
     def cudaHostAlloc(self, size: Any, flags: Any) -> tuple[Any, int | None]:
         """Pinned, mapped host memory (real bytes up to 64 MiB, virtual above)."""
         code, ptr = self._kvreg_runtime.host_alloc(unsigned_arg(size, _U64, "size_t"),
                                                    unsigned_arg(flags, _U32, "unsigned int"))
-        return self._e(code), ptr
+        return self._as_error(code), ptr
 
     def cudaMallocHost(self, size: Any) -> tuple[Any, int | None]:
         """cudaHostAlloc with default flags."""
         code, ptr = self._kvreg_runtime.host_alloc(unsigned_arg(size, _U64, "size_t"), 0)
-        return self._e(code), ptr
+        return self._as_error(code), ptr
 
     def cudaFreeHost(self, ptr: Any) -> tuple[Any]:
         """Frees a cudaHostAlloc block; anything else -> 1."""
-        return (self._e(self._kvreg_runtime.free_host(pointer_arg(ptr))),)
+        return (self._as_error(self._kvreg_runtime.free_host(pointer_arg(ptr))),)
 
     def cudaMalloc(self, size: Any) -> tuple[Any, int | None]:
         """Device memory at fake device addresses; out of profile memory -> 2."""
         code, ptr = self._kvreg_runtime.malloc(unsigned_arg(size, _U64, "size_t"))
-        return self._e(code), ptr
+        return self._as_error(code), ptr
 
     def cudaFree(self, devPtr: Any) -> tuple[Any]:
         """Frees device memory; an unknown pointer -> 1."""
-        return (self._e(self._kvreg_runtime.free(pointer_arg(devPtr))),)
+        return (self._as_error(self._kvreg_runtime.free(pointer_arg(devPtr))),)
 
     # -- queries (docs/cuda-runtime.md §4) ---------------------------------------------------------
     def cudaPointerGetAttributes(self, ptr: Any) -> tuple[Any, Any]:
         """Unregistered (0), Host (1) or Device (2); interior addresses per profile (§4)."""
         code, attrs = self._kvreg_runtime.pointer_get_attributes(pointer_arg(ptr))
         if code or attrs is None:
-            return self._e(code), None
+            return self._as_error(code), None
         out = self.cudaPointerAttributes()
         out.type = self.cudaMemoryType(attrs.type)
         out.device = attrs.device
         out.devicePointer = attrs.devicePointer
         out.hostPointer = attrs.hostPointer
-        return self._e(0), out
+        return self._as_error(0), out
 
     def cudaHostGetDevicePointer(self, pHost: Any, flags: Any) -> tuple[Any, int | None]:
         """The device alias (== host VA unless attribute 91 is 0); flags must be 0 (§4)."""
         code, dev = self._kvreg_runtime.host_get_device_pointer(
             pointer_arg(pHost), unsigned_arg(flags, _U32, "unsigned int"))
-        return self._e(code), dev
+        return self._as_error(code), dev
 
     def cudaHostGetFlags(self, pHost: Any) -> tuple[Any, int | None]:
         """Flags of cudaHostAlloc memory (| Mapped); registered memory per profile [UNC] (§4)."""
         code, flags = self._kvreg_runtime.host_get_flags(pointer_arg(pHost))
-        return self._e(code), flags
+        return self._as_error(code), flags
 
     def cudaGetDeviceCount(self) -> tuple[Any, int | None]:
         """(35, None) without a driver, (100, None) without a GPU (§2.2, §9)."""
         code, n = self._kvreg_runtime.get_device_count()
-        return self._e(code), n
+        return self._as_error(code), n
 
     def cudaGetDevice(self) -> tuple[Any, int | None]:
         """The calling thread's current device."""
         code, d = self._kvreg_runtime.get_device()
-        return self._e(code), d
+        return self._as_error(code), d
 
     def cudaSetDevice(self, device: Any) -> tuple[Any]:
         """Sets the calling thread's device; out of range -> 101."""
-        return (self._e(self._kvreg_runtime.set_device(int(device))),)
+        return (self._as_error(self._kvreg_runtime.set_device(int(device))),)
 
     def cudaDeviceGetAttribute(self, attr: Any, device: Any) -> tuple[Any, int | None]:
         """Every cudaDeviceAttr member from the profile's table; reserved ones -> 1."""
         code, value = self._kvreg_runtime.device_get_attribute(int(attr), int(device))
-        return self._e(code), value
+        return self._as_error(code), value
 
     def cudaMemGetInfo(self) -> tuple[Any, int | None, int | None]:
         """(free, total) of the profile's device memory."""
         code, free, total = self._kvreg_runtime.mem_get_info()
-        return self._e(code), free, total
+        return self._as_error(code), free, total
 
     def cudaRuntimeGetVersion(self) -> tuple[Any, int]:
         """Succeeds even without a driver (§9)."""
         code, v = self._kvreg_runtime.runtime_get_version()
-        return self._e(code), v
+        return self._as_error(code), v
 
     def getLocalRuntimeVersion(self) -> tuple[Any, int]:
         """The fake libcudart's version, with or without a driver (§9).
 
         The real helper dlopens libcudart through cuda.pathfinder, which cannot see a fake."""
-        return self._e(0), self._kvreg_runtime.driver.profile.runtime_version
+        return self._as_error(0), self._kvreg_runtime.driver.profile.runtime_version
 
     def cudaDriverGetVersion(self) -> tuple[Any, int]:
         """0 without a driver (§2.2)."""
         code, v = self._kvreg_runtime.driver_get_version()
-        return self._e(code), v
+        return self._as_error(code), v
 
     # -- streams -------------------------------------------------------------------------------
     def cudaStreamCreate(self) -> tuple[Any, Any]:
         """A stream handle for the copy APIs."""
         code, handle = self._kvreg_runtime.stream_create()
-        return self._e(code), (self.cudaStream_t(handle) if handle is not None else None)
+        return self._as_error(code), (self.cudaStream_t(handle) if handle is not None else None)
 
     def cudaStreamDestroy(self, stream: Any) -> tuple[Any]:
         """Unknown handle -> 400."""
-        return (self._e(self._kvreg_runtime.stream_destroy(_stream(stream))),)
+        return (self._as_error(self._kvreg_runtime.stream_destroy(_stream(stream))),)
 
     def cudaStreamSynchronize(self, stream: Any) -> tuple[Any]:
         """Where asynchronous errors (sticky 700) surface."""
-        return (self._e(self._kvreg_runtime.synchronize(_stream(stream))),)
+        return (self._as_error(self._kvreg_runtime.synchronize(_stream(stream))),)
 
     def cudaDeviceSynchronize(self) -> tuple[Any]:
         """Where asynchronous errors (sticky 700) surface."""
-        return (self._e(self._kvreg_runtime.synchronize(None)),)
+        return (self._as_error(self._kvreg_runtime.synchronize(None)),)
 
     # -- copies (docs/cuda-runtime.md §5) ----------------------------------------------------------
     def cudaMemcpyAsync(self, dst: Any, src: Any, count: Any, kind: Any,
@@ -409,7 +410,7 @@ class CudaBindingsFace(types.ModuleType):
         code = self._kvreg_runtime.memcpy_async(pointer_arg(dst), pointer_arg(src),
                                                 unsigned_arg(count, _U64, "size_t"), int(kind),
                                                 _stream(stream))
-        return (self._e(code),)
+        return (self._as_error(code),)
 
     def cudaMemcpyBatchAsync(self, dsts: Sequence[Any] | np.ndarray,
                              srcs: Sequence[Any] | np.ndarray,
@@ -439,7 +440,7 @@ class CudaBindingsFace(types.ModuleType):
         idxs = [int(i) for i in _size_list("attrsIdxs", list(attrsIdxs), na)]
         code, fail_idx = self._kvreg_runtime.memcpy_batch_async(
             d, s, z, n, orders, idxs, na, _stream(stream))
-        err = self._e(code)
+        err = self._as_error(code)
         if self.bindings_major == 12:
             return err, (None if code else fail_idx)
         return (err,)

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import operator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvreg.fakes.cuda.cuda_python_face import pointer_arg
+from kvreg.fakes.cuda.cuda_python_face import pointer_arg, unsigned_arg
 from kvreg.fakes.cuda.errors import CUDART_UNLOADING, error_name, error_string
 from kvreg.fakes.recorder import TraceEntry
 from kvreg.harness.pools import BufferSpec, PoolGeometry
@@ -61,6 +60,7 @@ __all__ = ["BufferRun", "RunRecord", "Violation", "buffer_ends", "check_run", "c
 TARGET = "cuda"      # the target whose rules these are (harness/run/rules.py)
 
 GiB = 1 << 30
+_SIZE_T_END = 1 << 64   # one past the largest size_t
 # a registration is the runtime call or its driver twin (docs/cuda-runtime.md §2.1)
 REGISTER_APIS = frozenset({"cudaHostRegister", "cuMemHostRegister"})
 UNREGISTER_APIS = frozenset({"cudaHostUnregister", "cuMemHostUnregister"})
@@ -133,12 +133,15 @@ def plain_trace(trace: list[TraceEntry]) -> list[TraceEntry]:
 
 
 def _size_arg(value: Any) -> int:
-    """A register call's size as the binding reads it: a ``c_size_t``'s value, an integer type
-    (``np.int64``) through ``__index__`` — never the object's address."""
+    """A register call's size as the binding reads a ``size_t`` (``unsigned_arg``), a
+    ``c_size_t`` by its value: an ``np.int64`` is the number it holds, never its address. A
+    number the binding refuses (negative, 2**64 or more) stays the number recorded."""
     if isinstance(value, ctypes._SimpleCData):
-        return int(value.value or 0)
+        value = value.value or 0
     try:
-        return operator.index(value)
+        return int(unsigned_arg(value, _SIZE_T_END, "size_t"))
+    except OverflowError:
+        return int(value)
     except TypeError:
         return pointer_arg(value)
 

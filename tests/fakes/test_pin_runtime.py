@@ -61,6 +61,22 @@ def test_page_overlap_rounds_the_query_out_to_whole_pages() -> None:
     assert nxt.first_overlap(at - 64, 64, "page") is None             # ends at at exactly
 
 
+def test_page_overlap_rounds_the_query_start_down_to_its_page() -> None:
+    # docs/cuda-runtime.md §2 and §11.1: with overlap_granularity = "page" a registration
+    # owns its whole 4 KiB pages, so a query starting late in a page meets a registration
+    # earlier in that page, and a query on the next page does not meet it. The page has
+    # bit 12 set (17 pages in), so a mask that is not exactly ~(PAGE - 1) moves the start.
+    page = 4096
+    at = 17 * page
+    same = _registry((at, 64))
+    assert same.first_overlap(at + 200, 64, "page") is not None
+    assert same.first_overlap(at + 200, 64, "byte") is None
+    before = _registry((at - page, 64))
+    assert before.first_overlap(at + 100, 64, "page") is None
+    assert before.first_overlap(at, 1, "page") is None
+    assert before.first_overlap(at - 1, 1, "page") is not None
+
+
 def test_host_allocations_are_numbered_in_creation_order() -> None:
     # a leak report lists pinned memory in the order it was made (registry.Pinned.seq)
     fake = FakeCuda("h200-r580")

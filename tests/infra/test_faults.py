@@ -168,3 +168,21 @@ def test_fault_on_torch_path_reaches_sglang_style_code() -> None:
         assert rt.cudaHostUnregister(buf.data_ptr()) == 0
     assert fake.trace.codes("cudaHostRegister") == [0, 2]
     assert [e.injected for e in fake.trace.calls("cudaHostRegister")] == [False, True]
+
+
+@pytest.mark.parametrize(("extra", "said"), [
+    ({"delay": "slow"}, "delay must be a number, got 'slow'"),
+    ({"delay": [1]}, "delay must be a number, got [1]"),
+    ({"probability": "half", "seed": 1}, "probability must be a number, got 'half'"),
+    ({"probability": True, "seed": 1}, "probability must be a number, got True"),
+    ({"when": "size_ge=1"}, "when must be a table, got 'size_ge=1'"),
+])
+def test_a_scenario_files_wrong_fault_value_is_one_sentence(extra: dict[str, object],
+                                                           said: str) -> None:
+    """A fault table from a scenario file with a value of the wrong type is a FaultPlanError
+    naming the field (the CLI's exit 2 line), never a TypeError from deep in arm()."""
+    plan = FaultPlan()
+    with pytest.raises(FaultPlanError) as info:
+        plan.arm_from_dict({"point": "cudart.cudaHostRegister", "error": 2, **extra})
+    assert str(info.value) == f"fault on 'cudart.cudaHostRegister': {said}"
+    assert not plan.rules
