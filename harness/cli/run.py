@@ -94,6 +94,9 @@ def add_parsers(sub: Any) -> None:
     lst.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                      help="scenario files or folders; 'bundled' is kvreg's catalog")
     lst.add_argument("-k", dest="keyword", metavar="TEXT")
+    lst.add_argument("--rules", action="store_true",
+                     help="list the rules a run is judged by instead (harness/run/rules.py); "
+                          "-k selects them by name")
 
 
 def scenario_paths(paths: Sequence[Path]) -> list[Path] | None:
@@ -251,6 +254,8 @@ def run_run(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
+    if getattr(args, "rules", False):
+        return _list_rules(args)
     try:
         scenarios = select(load_paths(scenario_paths(args.paths)), args.keyword)
     except ScenarioError as exc:
@@ -261,5 +266,25 @@ def run_list(args: argparse.Namespace) -> int:
     for s in scenarios:
         out.write(f"{s.id:<{width}}  {s.guards}\n")
     out.write(f"\n{len(scenarios)} scenarios\n")
+    out.flush()
+    return 0
+
+
+def _list_rules(args: argparse.Namespace) -> int:
+    """``kvreg list --rules``: every rule of the registry, what it reports, its targets, the
+    contract it judges and what it asks."""
+    from kvreg.harness.run.rules import all_rules
+
+    if args.paths:
+        print("kvreg list: error: --rules takes no PATH", file=sys.stderr)
+        return 2
+    rules = [r for r in all_rules() if not args.keyword or args.keyword in r.name]
+    width = max((len(r.name) for r in rules), default=10)
+    out = reader_safe()
+    for r in rules:
+        contract = f"  contract: {r.contract}" if r.contract else ""
+        out.write(f"{r.name:<{width}}  {r.severity}  [{', '.join(r.targets)}]{contract}\n"
+                  f"{'':<{width}}  {r.summary}\n")
+    out.write(f"\n{len(rules)} rules\n")
     out.flush()
     return 0

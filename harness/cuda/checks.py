@@ -1,5 +1,8 @@
 """The rules a run is judged by, applied to the call trace: each broken rule is a sentence.
 
+Each rule is one function, declared with the registry's decorator (harness/run/rules.py);
+:func:`check_run` and :func:`check_warnings` run this target's functions in order.
+
 Every violation names what a user can act on: which buffer and offset, which call, which
 code, which page and seam. Violations are ordered by the call where they happened, so the
 first one printed is the first thing that went wrong.
@@ -8,6 +11,7 @@ first one printed is the first thing that went wrong.
 from __future__ import annotations
 
 import ctypes
+import functools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -17,7 +21,6 @@ from kvreg.fakes.recorder import TraceEntry
 from kvreg.harness.pools import BufferSpec, PoolGeometry
 from kvreg.harness.pools.families import extent_at
 from kvreg.harness.run.endstate import (
-    PROGRAMMING_ERRORS,
     BufferEnd,
     FailedCall,
     Pending,
@@ -26,18 +29,35 @@ from kvreg.harness.run.endstate import (
     check_error_reported,
     check_registered,
     decisive_failure,
+    exc_text,
+    fell_back,
     fully_registered,
     live_ranges,
     mark_superseded,
     recovered_warnings,
     rollback_phrase,
+    teardown_raised,
 )
-from kvreg.harness.run.result import Violation, whole_message
+from kvreg.harness.run.result import Violation
+from kvreg.harness.run.rules import (
+    ORDER_RELEASE,
+    ORDER_SEAMS,
+    ORDER_TRANSFER,
+    REGISTER,
+    SITE_CALL,
+    TEARDOWN,
+    VIOLATION,
+    WARNING,
+    rule,
+    run_rules,
+)
 
 from .seam_cuts import FLIP, check_cuda_seams, cuts_of
 
 __all__ = ["BufferRun", "RunRecord", "Violation", "buffer_ends", "check_run", "check_warnings",
-           "plain_trace"]
+           "not_retried_warnings", "plain_trace"]
+
+TARGET = "cuda"      # the target whose rules these are (harness/run/rules.py)
 
 GiB = 1 << 30
 _SIZE_T_END = 1 << 64   # one past the largest size_t
@@ -89,6 +109,9 @@ class RunRecord:
     # one, and whether it binds only where a granularity is passed (SGLang's: G None is one call)
     limit_contract: bool = True
     limit_needs_granularity: bool = True
+    # one teardown round only (no repeatable-teardown contract): the chunks a failed
+    # unregister left pinned there, base -> (size, the call) (teardown_once.py)
+    kept: dict[int, tuple[int, TraceEntry]] = field(default_factory=dict)
 
 
 def plain_trace(trace: list[TraceEntry]) -> list[TraceEntry]:
@@ -152,192 +175,6 @@ def _owner(record: RunRecord, ptr: int, size: int) -> BufferRun | None:
     return None
 
 
-def _exc(e: BaseException) -> str:
-    text = whole_message(e)
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
-
-
-def check_run(r: RunRecord) -> list[Violation]:
-    """All violations of a run, first one first."""
-    _plain(r)
-    out: list[Violation] = []
-    regs = [e for e in r.trace if e.api in REGISTER_APIS]
-    unregs = [e for e in r.trace if e.api in UNREGISTER_APIS]
-
-    if r.budget_hit is not None:
-        out.append(Violation("call-budget", f"stopped after {r.budget_hit} runtime calls: the "
-                             "implementation loops or never finishes", 0))
-
-    # every registration call: non-empty, inside a buffer, within the limit
-    for e in regs:
-        ptr, size = int(e.args[0]), int(e.args[1])
-        if size == 0:
-            out.append(Violation("register-size-zero", f"call #{e.seq + 1} registers 0 bytes at "
-                                 f"{_where(r, ptr)} (cudaHostRegister rejects it with 1)", e.seq))
-            continue
-        owner = _owner(r, ptr, size)
-        if owner is None:
-            out.append(Violation("range-outside-buffer", f"call #{e.seq + 1} registers "
-                                 f"[{_where(r, ptr)}, +{size}) which is not inside one pool "
-                                 "buffer", e.seq))
-        elif size > r.limit and e.code == 0 and r.limit_contract and (
-                owner.granularity is not None or not r.limit_needs_granularity):
-            # a call the runtime refused registered nothing: its results judge it
-            # (issue 24 §4), the contract binds what was registered
-            out.append(Violation("chunk-over-limit", f"call #{e.seq + 1} registers {size} bytes at "
-                                 f"{_where(r, ptr)}, above the chunk limit {r.limit}", e.seq))
-
-    # register failures: raised, and rolled back
-    failed_codes = [e for e in regs if e.code]
-    # chunks an injected unregister failure pinned during rollback (before any teardown)
-    register_phase_end = r.teardown_start if r.teardown_start is not None else 1 << 62
-    rollback_injected = {int(e.args[0]) for e in unregs
-                         if e.injected and e.code and e.seq < register_phase_end}
-    ends = buffer_ends(r)
-    end_of = {e.label: e for e in ends}
-    fallback = _fell_back(r, ends)
-    swallowed: set[str] = set()
-    for b in r.buffers:
-        mine = [e for e in failed_codes if b.seq_start <= e.seq < b.seq_end]
-        # a failed call the implementation recovered from (fully registered, nothing raised)
-        # is judged by seams-aligned and reported as a warning; an optional pinning that fell
-        # back to pageable memory is judged by registered and error-pending
-        if mine and b.error is None and not fully_registered(end_of[b.spec.name]) \
-                and not fallback:
-            swallowed.add(b.spec.name)
-            # the failure register ended on, not a refusal it recovered from by chunks
-            f = decisive_failure(end_of[b.spec.name].failed)
-            logged = next((m for m in r.logs if m), "")
-            out.append(Violation(
-                "error-swallowed",
-                f"{f.api} returned {f.code} ({f.text}) at "
-                f"{_where(r, f.ptr)} (call #{f.seq + 1}) but register() of {b.spec.name} "
-                "returned normally: the pool would run "
-                + ("partly unpinned" if end_of[b.spec.name].live else "unpinned")
-                + (f" (it only logged: {logged!r})" if logged else ""), f.seq))
-    # expectations
-    if r.expect == "success":
-        for b in r.buffers:
-            if b.error is not None:
-                out.append(Violation("unexpected-error", _explain_error(r, b), b.seq_end))
-                break
-    elif r.expect == "rejected":
-        # the first buffer whose granularity exceeds the limit must raise before any call
-        failed_b = next((b for b in r.buffers if b.error is not None), None)
-        if failed_b is None:
-            big = next((b for b in r.buffers
-                        if b.granularity is not None and b.granularity > r.limit), None)
-            what = (f"granularity {big.granularity} of {big.spec.name}" if big is not None
-                    else "every buffer")
-            out.append(Violation("not-rejected", f"register() accepted {what} with chunk limit "
-                                 f"{r.limit}; it must raise before any call",
-                                 r.buffers[-1].seq_end if r.buffers else 0))
-        else:
-            b = failed_b
-            calls = [e for e in regs if b.seq_start <= e.seq < b.seq_end]
-            assert b.error is not None
-            if calls:
-                out.append(Violation("rejected-too-late", f"register() of {b.spec.name} made "
-                                     f"{len(calls)} cudaHostRegister call(s) before rejecting "
-                                     f"granularity {b.granularity} > limit {r.limit}",
-                                     calls[0].seq))
-            elif not isinstance(b.error, ValueError):
-                out.append(Violation("rejected-wrong-error", f"register() of {b.spec.name} "
-                                     f"rejected the granularity with {_exc(b.error)}; expected "
-                                     "ValueError", b.seq_end))
-    # expect == "register-error": the failure paths are judged by the rules below; when the
-    # scenario's fault never fires (fewer calls than it assumed, or code that never makes the
-    # query it targets), success is expected instead; a fault that fired on a query verifying
-    # a chunk (cudaHostGetDevicePointer, ...) is the scenario's register error too
-    fired = failed_codes or [e for e in r.trace if e.injected and e.code
-                             and e.seq < register_phase_end and e.api not in UNREGISTER_APIS]
-    if r.expect == "register-error" and not fired and r.budget_hit is None:
-        for b in r.buffers:
-            if b.error is not None:
-                out.append(Violation("unexpected-error", _explain_error(r, b), b.seq_end))
-                break
-
-    # the end state: what is registered, where the seams are, what was raised and left pending
-    out += check_registered(ends, r.pinning, skip=swallowed)
-    out += _seams(r, ends)[0]
-    out += check_error_reported(ends)
-    out += check_error_pending(r.pending, fallback=fallback,
-                               private_read=r.private_cudart_error == "read")[0]
-
-    # transfers over every page
-    t = r.transfer
-    if t is not None and not t.ok:
-        out.append(Violation("transfer-failed", _explain_transfer(r, t), 1 << 40))
-
-    # unregister only live bases; each chunk released exactly once
-    live: dict[int, int] = {}
-    released: dict[int, int] = {}
-    for e in sorted(regs + unregs, key=lambda x: x.seq):
-        ptr = int(e.args[0])
-        if e.api in REGISTER_APIS:
-            if e.code == 0:
-                live[ptr] = int(e.args[1])
-            continue
-        if e.injected:
-            continue
-        if e.code == 0:
-            live.pop(ptr, None)
-            released[ptr] = released.get(ptr, 0) + 1
-        elif ptr == 0:
-            continue    # NULL was never registered: nothing lost (a warning, _null_unregisters)
-        elif e.code in (1, 713):
-            why = ("was already released" if released.get(ptr) else
-                   "is inside a registration, not its base" if e.code == 1 else
-                   "was never registered")
-            out.append(Violation("unregister-not-a-live-base",
-                                 f"call #{e.seq + 1} unregisters {_where(r, ptr)}, which {why} "
-                                 f"({e.code} {error_name(e.code)})", e.seq))
-
-    # nothing left registered, except what an injected rollback failure pinned for good
-    # while register raised (its exception is how the caller learns of it), and what the
-    # runtime releases itself as it unloads (a warning: _unloading_warnings)
-    unloading = _unloading(r)
-    for ptr, size in r.live_end:
-        if ptr in unloading:
-            continue
-        owner = _owner(r, ptr, size)
-        if ptr in rollback_injected:
-            if owner is not None and owner.error is None and owner.spec.name in swallowed:
-                call = next(e for e in unregs if e.injected and int(e.args[0]) == ptr)
-                out.append(Violation("leak", f"chunk [{_where(r, ptr)}, +{size}) is still "
-                                     f"registered: its rollback cudaHostUnregister (call "
-                                     f"#{call.seq + 1}) returned {call.code} "
-                                     f"{error_name(call.code or 0)} and register() of "
-                                     f"{owner.spec.name} returned normally, so nothing "
-                                     "tracks it any more", 1 << 41))
-            continue
-        if owner is not None and owner.error is not None:
-            msg = (f"chunk [{_where(r, ptr)}, +{size}) is still registered after register() of "
-                   f"{owner.spec.name} failed: {_rollback(r, owner, rollback_injected)}")
-            rule = "not-rolled-back"
-        elif any(step.startswith("teardown") for step in r.exercised):
-            lost = any(e.injected and int(e.args[0]) == ptr for e in unregs)
-            msg = (f"chunk [{_where(r, ptr)}, +{size}) was never released"
-                   + (": teardown lost track of it after cudaHostUnregister failed"
-                      if lost else " by teardown"))
-            rule = "leak"
-        else:
-            continue
-        out.append(Violation(rule, msg, 1 << 41))
-
-    # teardown errors are only acceptable when a fault was injected into teardown
-    for rnd, idx, err in r.teardown_errors:
-        injected = any(e.injected for e in unregs if r.teardown_start is not None
-                       and e.seq >= r.teardown_start)
-        # a teardown may raise to report an injected unregister failure; a TypeError and its
-        # kin are the code's own bug whatever else went wrong (its other rules fire too)
-        if not injected or type(err).__name__ in PROGRAMMING_ERRORS:
-            out.append(Violation("teardown-raised", f"teardown #{rnd + 1} of "
-                                 f"{r.buffers[idx].spec.name} raised {_exc(err)}", 1 << 42))
-    out.sort(key=lambda v: v.seq)
-    return out
-
-
 def buffer_ends(r: RunRecord) -> list[BufferEnd]:
     """Each buffer as its register left it: live registrations replayed from the trace up to
     teardown, the failed registration calls it made, what it raised."""
@@ -378,30 +215,332 @@ def _seams(r: RunRecord, ends: list[BufferEnd]) -> tuple[list[Violation], list[V
     indexes = [_index(r, e) for e in returned]
     families = r.geometry.extent_families() if r.geometry.has_page_meta else None
     return check_cuda_seams(returned, [specs[i] for i in indexes], indexes, families,
-                            r.copy_across, (1 << 40) + 1)
+                            r.copy_across, ORDER_SEAMS)
 
 
-def _fell_back(r: RunRecord, ends: list[BufferEnd]) -> bool:
-    """An optional pinning that registered nothing and raised nothing."""
-    return (r.pinning == "optional" and bool(ends) and all(e.returned for e in ends)
-            and not any(e.live for e in ends))
+class _Run:
+    """A record with what several rules read from it, each computed once."""
+
+    def __init__(self, r: RunRecord) -> None:
+        _plain(r)
+        self.r = r
+
+    @functools.cached_property
+    def regs(self) -> list[TraceEntry]:
+        return [e for e in self.r.trace if e.api in REGISTER_APIS]
+
+    @functools.cached_property
+    def unregs(self) -> list[TraceEntry]:
+        return [e for e in self.r.trace if e.api in UNREGISTER_APIS]
+
+    @functools.cached_property
+    def register_phase_end(self) -> int:
+        return self.r.teardown_start if self.r.teardown_start is not None else 1 << 62
+
+    @functools.cached_property
+    def rollback_injected(self) -> set[int]:
+        """Chunks an injected unregister failure pinned during rollback (before teardown)."""
+        return {int(e.args[0]) for e in self.unregs
+                if e.injected and e.code and e.seq < self.register_phase_end}
+
+    @functools.cached_property
+    def ends(self) -> list[BufferEnd]:
+        return buffer_ends(self.r)
+
+    @functools.cached_property
+    def end_of(self) -> dict[str, BufferEnd]:
+        return {e.label: e for e in self.ends}
+
+    @functools.cached_property
+    def fallback(self) -> bool:
+        return fell_back(self.r.pinning, self.ends)
+
+    @functools.cached_property
+    def swallowed(self) -> list[BufferRun]:
+        """The buffers whose register returned normally after a failed call, not fully
+        registered: a failed call the implementation recovered from is judged by
+        seams-aligned and reported as a warning; an optional pinning that fell back to
+        pageable memory is judged by registered and error-pending."""
+        failed = [e for e in self.regs if e.code]
+        return [b for b in self.r.buffers
+                if any(b.seq_start <= e.seq < b.seq_end for e in failed) and b.error is None
+                and not fully_registered(self.end_of[b.spec.name]) and not self.fallback]
+
+    @functools.cached_property
+    def swallowed_names(self) -> set[str]:
+        return {b.spec.name for b in self.swallowed}
+
+    @functools.cached_property
+    def seams(self) -> tuple[list[Violation], list[Violation]]:
+        return _seams(self.r, self.ends)
+
+    @functools.cached_property
+    def pending(self) -> tuple[list[Violation], list[Violation]]:
+        return check_error_pending(self.r.pending, fallback=self.fallback,
+                                   private_read=self.r.private_cudart_error == "read")
+
+
+def check_run(r: RunRecord) -> list[Violation]:
+    """All violations of a run, first one first: the cuda target's rule functions."""
+    return run_rules(TARGET, VIOLATION, _Run(r))
 
 
 def check_warnings(r: RunRecord) -> list[Violation]:
     """What passes but deserves a line in the report: recovered failures, pending errors,
-    unregisters of NULL."""
-    ends = buffer_ends(r)
-    specs = r.geometry.buffers()
-    families = r.geometry.extent_families() if r.geometry.has_page_meta else None
-    out = recovered_warnings(ends, lambda e: bool(cuts_of(
-        e, specs[_index(r, e)], families, _index(r, e))))
-    out += _seams(r, ends)[1]
-    out += check_error_pending(r.pending, fallback=_fell_back(r, ends),
-                               private_read=r.private_cudart_error == "read")[1]
-    out += _null_unregisters(r)
-    out += _unloading_warnings(r)
-    out.sort(key=lambda v: v.seq)
+    unregisters of NULL, chunks left to an unloading runtime or to a single teardown."""
+    return run_rules(TARGET, WARNING, _Run(r))
+
+
+@rule("call-budget", target=TARGET, doc="scenarios/FORMAT.md")
+def _call_budget(c: _Run) -> list[Violation]:
+    if c.r.budget_hit is None:
+        return []
+    return [Violation("call-budget", f"stopped after {c.r.budget_hit} runtime calls: the "
+                      "implementation loops or never finishes", 0)]
+
+
+@rule("register-size-zero", target=TARGET, doc="docs/cuda-runtime.md §2.2")
+def _size_zero(c: _Run) -> list[Violation]:
+    return [Violation("register-size-zero", f"call #{e.seq + 1} registers 0 bytes at "
+                      f"{_where(c.r, int(e.args[0]))} (cudaHostRegister rejects it with 1)",
+                      e.seq) for e in c.regs if int(e.args[1]) == 0]
+
+
+@rule("range-outside-buffer", target=TARGET, doc="docs/cuda-runtime.md §2.2")
+def _outside(c: _Run) -> list[Violation]:
+    return [Violation("range-outside-buffer", f"call #{e.seq + 1} registers "
+                      f"[{_where(c.r, int(e.args[0]))}, +{int(e.args[1])}) which is not "
+                      "inside one pool buffer", e.seq)
+            for e in c.regs if int(e.args[1]) != 0
+            and _owner(c.r, int(e.args[0]), int(e.args[1])) is None]
+
+
+@rule("chunk-over-limit", target=TARGET, doc="harness/run/contract.py", site=SITE_CALL,
+      contract="chunk-limit",
+      summary="no registration call above the chunk limit when the pool passes a "
+      "granularity, where the implementation declares a chunk limit; a call the runtime "
+      "refused registered nothing and breaks no limit")
+def _over_limit(c: _Run) -> list[Violation]:
+    r, out = c.r, []
+    if not r.limit_contract:
+        return []
+    for e in c.regs:
+        ptr, size = int(e.args[0]), int(e.args[1])
+        owner = _owner(r, ptr, size) if size else None
+        # a call the runtime refused registered nothing: its results judge it
+        # (issue 24 §4), the contract binds what was registered
+        if owner is not None and size > r.limit and e.code == 0 and (
+                owner.granularity is not None or not r.limit_needs_granularity):
+            out.append(Violation("chunk-over-limit", f"call #{e.seq + 1} registers {size} "
+                                 f"bytes at {_where(r, ptr)}, above the chunk limit "
+                                 f"{r.limit}", e.seq))
     return out
+
+
+@rule("error-swallowed", target=TARGET, doc="docs/cuda-runtime.md §2.2")
+def _swallowed(c: _Run) -> list[Violation]:
+    out = []
+    for b in c.swallowed:
+        end = c.end_of[b.spec.name]
+        # the failure register ended on, not a refusal it recovered from by chunks
+        f = decisive_failure(end.failed)
+        logged = next((m for m in c.r.logs if m), "")
+        out.append(Violation(
+            "error-swallowed",
+            f"{f.api} returned {f.code} ({f.text}) at "
+            f"{_where(c.r, f.ptr)} (call #{f.seq + 1}) but register() of {b.spec.name} "
+            "returned normally: the pool would run "
+            + ("partly unpinned" if end.live else "unpinned")
+            + (f" (it only logged: {logged!r})" if logged else ""), f.seq))
+    return out
+
+
+def _first_raised(r: RunRecord) -> BufferRun | None:
+    return next((b for b in r.buffers if b.error is not None), None)
+
+
+@rule("unexpected-error", target=TARGET, doc="scenarios/FORMAT.md")
+def _unexpected(c: _Run) -> list[Violation]:
+    """register raised where success is expected; with ``expect = "register-error"`` where
+    the scenario's fault never fired (fewer calls than it assumed, or code that never makes
+    the query it targets); a fault that fired on a query verifying a chunk
+    (cudaHostGetDevicePointer, ...) is the scenario's register error too."""
+    r = c.r
+    fired = any(e.code for e in c.regs) or any(
+        e.injected and e.code and e.seq < c.register_phase_end
+        and e.api not in UNREGISTER_APIS for e in r.trace)
+    if r.expect == "success" or (r.expect == "register-error" and not fired
+                                 and r.budget_hit is None):
+        b = _first_raised(r)
+        if b is not None:
+            return [Violation("unexpected-error", _explain_error(r, b), b.seq_end)]
+    return []
+
+
+@rule("not-rejected", target=TARGET, doc="harness/run/contract.py")
+def _not_rejected(c: _Run) -> list[Violation]:
+    """The first buffer whose granularity exceeds the limit must raise before any call."""
+    r = c.r
+    if r.expect != "rejected" or _first_raised(r) is not None:
+        return []
+    big = next((b for b in r.buffers if b.granularity is not None and b.granularity > r.limit),
+               None)
+    what = f"granularity {big.granularity} of {big.spec.name}" if big is not None \
+        else "every buffer"
+    return [Violation("not-rejected", f"register() accepted {what} with chunk limit "
+                      f"{r.limit}; it must raise before any call",
+                      r.buffers[-1].seq_end if r.buffers else 0)]
+
+
+@rule("rejected-too-late", target=TARGET, doc="harness/run/contract.py")
+def _too_late(c: _Run) -> list[Violation]:
+    b = _first_raised(c.r)
+    if c.r.expect != "rejected" or b is None:
+        return []
+    calls = [e for e in c.regs if b.seq_start <= e.seq < b.seq_end]
+    if not calls:
+        return []
+    return [Violation("rejected-too-late", f"register() of {b.spec.name} made {len(calls)} "
+                      f"cudaHostRegister call(s) before rejecting granularity "
+                      f"{b.granularity} > limit {c.r.limit}", calls[0].seq)]
+
+
+@rule("rejected-wrong-error", target=TARGET, doc="harness/run/contract.py")
+def _wrong_error(c: _Run) -> list[Violation]:
+    b = _first_raised(c.r)
+    if c.r.expect != "rejected" or b is None or isinstance(b.error, ValueError) \
+            or any(b.seq_start <= e.seq < b.seq_end for e in c.regs):
+        return []
+    assert b.error is not None
+    return [Violation("rejected-wrong-error", f"register() of {b.spec.name} rejected the "
+                      f"granularity with {exc_text(b.error)}; expected ValueError",
+                      b.seq_end)]
+
+
+@rule("registered", target=TARGET, doc="docs/cuda-runtime.md §2.2")
+def _registered(c: _Run) -> list[Violation]:
+    return check_registered(c.ends, c.r.pinning, skip=c.swallowed_names)
+
+
+@rule("seams-aligned", target=TARGET, doc="docs/cuda-runtime.md §5.4")
+def _seams_aligned(c: _Run) -> list[Violation]:
+    return c.seams[0]
+
+
+@rule("error-reported", target=TARGET, doc="docs/cuda-runtime.md §1")
+def _error_reported(c: _Run) -> list[Violation]:
+    return check_error_reported(c.ends)
+
+
+@rule("error-pending", target=TARGET, doc="docs/cuda-runtime.md §6")
+def _error_pending(c: _Run) -> list[Violation]:
+    return c.pending[0]
+
+
+@rule("transfer-failed", target=TARGET, doc="docs/cuda-runtime.md §5.3")
+def _transfer(c: _Run) -> list[Violation]:
+    t = c.r.transfer
+    if t is None or t.ok:
+        return []
+    return [Violation("transfer-failed", _explain_transfer(c.r, t), ORDER_TRANSFER)]
+
+
+@rule("unregister-not-a-live-base", target=TARGET, doc="docs/cuda-runtime.md §3")
+def _not_live_base(c: _Run) -> list[Violation]:
+    """Unregister only live bases; each chunk released exactly once."""
+    live: dict[int, int] = {}
+    released: dict[int, int] = {}
+    out = []
+    for e in sorted(c.regs + c.unregs, key=lambda x: x.seq):
+        ptr = int(e.args[0])
+        if e.api in REGISTER_APIS:
+            if e.code == 0:
+                live[ptr] = int(e.args[1])
+            continue
+        if e.injected:
+            continue
+        if e.code == 0:
+            live.pop(ptr, None)
+            released[ptr] = released.get(ptr, 0) + 1
+        elif ptr != 0 and e.code in (1, 713):
+            # NULL was never registered: nothing lost (a warning, unregister-null)
+            why = ("was already released" if released.get(ptr) else
+                   "is inside a registration, not its base" if e.code == 1 else
+                   "was never registered")
+            out.append(Violation("unregister-not-a-live-base",
+                                 f"call #{e.seq + 1} unregisters {_where(c.r, ptr)}, which "
+                                 f"{why} ({e.code} {error_name(e.code)})", e.seq))
+    return out
+
+
+def _left(c: _Run) -> list[tuple[int, int, int, BufferRun | None]]:
+    """The chunks live at the end, each with its place among them and its buffer, but those
+    the runtime releases itself as it unloads (a warning: unregister-unloading)."""
+    unloading = _unloading(c.r)
+    return [(i, ptr, size, _owner(c.r, ptr, size)) for i, (ptr, size) in enumerate(c.r.live_end)
+            if ptr not in unloading]
+
+
+@rule("not-rolled-back", target=TARGET, doc="docs/cuda-runtime.md §3.1")
+def _not_rolled_back(c: _Run) -> list[Violation]:
+    """What a register that raised left registered, but what an injected rollback failure
+    pinned for good (its exception is how the caller learns of it)."""
+    return [Violation("not-rolled-back", f"chunk [{_where(c.r, ptr)}, +{size}) is still "
+                      f"registered after register() of {owner.spec.name} failed: "
+                      f"{_rollback(c.r, owner, c.rollback_injected)}", ORDER_RELEASE + i)
+            for i, ptr, size, owner in _left(c)
+            if ptr not in c.rollback_injected and owner is not None
+            and owner.error is not None]
+
+
+@rule("leak", target=TARGET, doc="docs/cuda-runtime.md §3.1")
+def _leak(c: _Run) -> list[Violation]:
+    """Nothing left registered after teardown; a chunk a failed rollback pinned where
+    register returned normally (its error swallowed) is lost too."""
+    r, out = c.r, []
+    torn_down = any(step.startswith("teardown") for step in r.exercised)
+    for i, ptr, size, owner in _left(c):
+        lost = [e for e in c.unregs if e.injected and int(e.args[0]) == ptr]
+        if ptr in c.rollback_injected:
+            if owner is not None and owner.error is None \
+                    and owner.spec.name in c.swallowed_names:
+                call = lost[0]
+                out.append(Violation("leak", f"chunk [{_where(r, ptr)}, +{size}) is still "
+                                     f"registered: its rollback cudaHostUnregister (call "
+                                     f"#{call.seq + 1}) returned {call.code} "
+                                     f"{error_name(call.code or 0)} and register() of "
+                                     f"{owner.spec.name} returned normally, so nothing "
+                                     "tracks it any more", ORDER_RELEASE + i))
+        elif (owner is None or owner.error is None) and torn_down:
+            out.append(Violation("leak", f"chunk [{_where(r, ptr)}, +{size}) was never released"
+                                 + (": teardown lost track of it after cudaHostUnregister "
+                                    "failed" if lost else " by teardown"), ORDER_RELEASE + i))
+    return out
+
+
+@rule("teardown-raised", target=TARGET, doc="docs/cuda-runtime.md §3.2")
+def _teardown_raised(c: _Run) -> list[Violation]:
+    return teardown_raised([(rnd, c.r.buffers[idx].spec.name, err)
+                            for rnd, idx, err in c.r.teardown_errors],
+                           c.unregs, c.r.teardown_start)
+
+
+@rule("recovered", target=TARGET, doc="docs/cuda-runtime.md §2.2", emits=WARNING)
+def _recovered(c: _Run) -> list[Violation]:
+    specs = c.r.geometry.buffers()
+    families = c.r.geometry.extent_families() if c.r.geometry.has_page_meta else None
+    return recovered_warnings(c.ends, lambda e: bool(cuts_of(
+        e, specs[_index(c.r, e)], families, _index(c.r, e))))
+
+
+@rule("seams-aligned", target=TARGET, doc="docs/cuda-runtime.md §5.4", emits=WARNING)
+def _seams_allowed(c: _Run) -> list[Violation]:
+    return c.seams[1]
+
+
+@rule("error-pending", target=TARGET, doc="docs/cuda-runtime.md §6", emits=WARNING)
+def _pending_warnings(c: _Run) -> list[Violation]:
+    return c.pending[1]
 
 
 def _unloading(r: RunRecord) -> dict[int, TraceEntry]:
@@ -437,7 +576,31 @@ def _unloading(r: RunRecord) -> dict[int, TraceEntry]:
     return out
 
 
-def _unloading_warnings(r: RunRecord) -> list[Violation]:
+@rule("unregister-null", target=TARGET, doc="docs/cuda-runtime.md §3", emits=WARNING,
+      site=SITE_CALL, judges=(REGISTER, TEARDOWN),
+      summary="`cudaHostUnregister(NULL)` (an empty buffer's `data_ptr()`, which ctypes hands "
+      "over as `None`): the runtime answers an error and nothing was registered there, so "
+      "nothing is lost; the error it leaves is `error-pending`'s to judge")
+def _null_unregisters(c: _Run) -> list[Violation]:
+    """cudaHostUnregister(NULL) (an empty buffer's data_ptr(), ctypes' None): the runtime
+    answers an error (docs/cuda-runtime.md §3) and nothing was registered at NULL, so nothing
+    is lost; the error it leaves is error-pending's to judge."""
+    return [Violation("unregister-null", f"call #{e.seq + 1} unregisters NULL, which is never "
+                      f"registered: the runtime answers {e.code} {error_name(e.code or 0)} and "
+                      "nothing is released", e.seq)
+            for e in c.unregs if e.code and not e.injected
+            and int(e.args[0]) == 0]
+
+
+@rule("unregister-unloading", target=TARGET, doc="docs/cuda-runtime.md §3.1", emits=WARNING,
+      site=SITE_CALL, judges=(TEARDOWN,),
+      summary="a chunk still registered at the end whose last unregister returned "
+      "`cudaErrorCudartUnloading` (4), or that teardown left untried after an unregister "
+      "returned 4: the runtime is shutting down and releases pinned memory as it goes, so "
+      "forgetting it costs nothing; a chunk whose unregister failed with another code stays "
+      "pinned: forgetting it is a `leak`")
+def _unloading_warnings(c: _Run) -> list[Violation]:
+    r = c.r
     unloading = _unloading(r)
     out = []
     for ptr, size in r.live_end:
@@ -454,15 +617,32 @@ def _unloading_warnings(r: RunRecord) -> list[Violation]:
     return out
 
 
-def _null_unregisters(r: RunRecord) -> list[Violation]:
-    """cudaHostUnregister(NULL) (an empty buffer's data_ptr(), ctypes' None): the runtime
-    answers an error (docs/cuda-runtime.md §3) and nothing was registered at NULL, so nothing
-    is lost; the error it leaves is error-pending's to judge."""
-    return [Violation("unregister-null", f"call #{e.seq + 1} unregisters NULL, which is never "
-                      f"registered: the runtime answers {e.code} {error_name(e.code or 0)} and "
-                      "nothing is released", e.seq)
-            for e in r.trace if e.api in UNREGISTER_APIS and e.code and not e.injected
-            and int(e.args[0]) == 0]
+@rule("unregister-not-retried", target=TARGET, doc="docs/cuda-runtime.md §3.2",
+      emits=WARNING)
+def _not_retried(c: _Run) -> list[Violation]:
+    """One warning per chunk a once-only teardown left pinned (``RunRecord.kept``,
+    teardown_once.py)."""
+    return not_retried_warnings(c.r, c.r.kept)
+
+
+def not_retried_warnings(record: RunRecord, kept: dict[int, tuple[int, TraceEntry]]
+                         ) -> list[Violation]:
+    """One warning per chunk of ``kept`` (base -> (size, the failed call))."""
+    return [Violation("unregister-not-retried", f"chunk [{_at(record, ptr)}, +{size}) stays "
+                      f"registered: its cudaHostUnregister in the only teardown (call "
+                      f"#{e.seq + 1}) returned {e.code} {error_name(e.code or 0)}, and no later "
+                      "teardown retries it (the implementation declares no repeatable "
+                      "teardown); it stays pinned until the process exits", e.seq)
+            for ptr, (size, e) in sorted(kept.items())]
+
+
+def _at(record: RunRecord, ptr: int) -> str:
+    """``buffer+0xoffset`` as the checks write a chunk base (a registered base lies inside
+    its buffer)."""
+    for b in record.buffers:
+        if b.base <= ptr < b.base + max(b.spec.nbytes, 1):
+            return f"{b.spec.name}+{ptr - b.base:#x}"
+    return f"{ptr:#x}"
 
 
 def _rollback(r: RunRecord, b: BufferRun, pinned_by_fault: set[int]) -> str:
@@ -478,7 +658,7 @@ def _rollback(r: RunRecord, b: BufferRun, pinned_by_fault: set[int]) -> str:
 def _explain_error(r: RunRecord, b: BufferRun) -> str:
     assert b.error is not None
     failing = next(e.failed for e in buffer_ends(r) if e.label == b.spec.name)
-    msg = f"register() of {b.spec.name} raised {_exc(b.error)}"
+    msg = f"register() of {b.spec.name} raised {exc_text(b.error)}"
     if failing:
         e = decisive_failure(failing)   # not a refusal it recovered from by chunks
         size = e.size

@@ -5,20 +5,21 @@ as its own caller gives it one. A chunk whose unregister failed in that round wi
 that leaves it pinned (the catalog injects one, docs/cuda-runtime.md §3.1) could be released
 only by a later round, which the code never promised and the real machine never makes: it
 stays pinned until the process exits whether the code kept it or not. The report says so as
-the warning ``unregister-not-retried``; what the code did wrong on the way (an interior or
-stale pointer, a teardown that raised a TypeError) is judged as before. Such a chunk arises
-where a scenario's unregister fault, meant for a rollback, lands in teardown because the
-code made no rollback call (one registration per buffer).
+the warning ``unregister-not-retried`` (a rule of the registry, harness/run/rules.py, whose
+function is in checks.py: it reads ``RunRecord.kept``, which the target fills from
+:func:`not_retried`); what the code did wrong on the way (an interior or stale pointer, a
+teardown that raised a TypeError) is judged as before. Such a chunk arises where a scenario's
+unregister fault, meant for a rollback, lands in teardown because the code made no rollback
+call (one registration per buffer).
 """
 
 from __future__ import annotations
 
 from kvreg.fakes.cuda.cuda_python_face import pointer_arg
-from kvreg.fakes.cuda.errors import CUDART_UNLOADING, error_name
+from kvreg.fakes.cuda.errors import CUDART_UNLOADING
 from kvreg.fakes.recorder import TraceEntry
-from kvreg.harness.run.result import Violation
 
-from .checks import UNREGISTER_APIS, RunRecord
+from .checks import UNREGISTER_APIS, RunRecord, not_retried_warnings
 
 __all__ = ["RULE", "not_retried", "not_retried_warnings"]
 
@@ -41,23 +42,3 @@ def not_retried(record: RunRecord) -> dict[int, TraceEntry]:
     # cudaErrorCudartUnloading is its own warning (unregister-unloading, checks.py)
     return {ptr: e for ptr, e in last.items() if ptr in live and e.injected and e.code
             and e.code != CUDART_UNLOADING}
-
-
-def _at(record: RunRecord, ptr: int) -> str:
-    """``buffer+0xoffset`` as the checks write a chunk base (a registered base lies inside
-    its buffer)."""
-    for b in record.buffers:
-        if b.base <= ptr < b.base + max(b.spec.nbytes, 1):
-            return f"{b.spec.name}+{ptr - b.base:#x}"
-    return f"{ptr:#x}"
-
-
-def not_retried_warnings(record: RunRecord, kept: dict[int, tuple[int, TraceEntry]]
-                         ) -> list[Violation]:
-    """One warning per chunk of ``kept`` (base -> (size, the failed call))."""
-    return [Violation(RULE, f"chunk [{_at(record, ptr)}, +{size}) stays registered: its "
-                      f"cudaHostUnregister in the only teardown (call #{e.seq + 1}) returned "
-                      f"{e.code} {error_name(e.code or 0)}, and no later teardown retries it "
-                      "(the implementation declares no repeatable teardown); it stays pinned "
-                      "until the process exits", e.seq)
-            for ptr, (size, e) in sorted(kept.items())]

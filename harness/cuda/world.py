@@ -33,7 +33,7 @@ from . import styles
 from .calling_thread import call_on_register_thread
 from .checks import BufferRun, RunRecord, check_run, check_warnings
 from .options import ENV_CHUNK_GB, chunk_env
-from .teardown_once import not_retried, not_retried_warnings
+from .teardown_once import not_retried
 from .transfers import copy_every_page
 
 if TYPE_CHECKING:
@@ -107,9 +107,8 @@ class CudaWorld(TracedWorld):
         self.families = (record.geometry.extent_families() if record.geometry.has_page_meta
                          else None)
         # one teardown round only (no repeatable-teardown contract): the chunks a failed
-        # unregister left pinned there, base -> (size, the call): warnings (teardown_once.py)
+        # unregister left pinned there are warnings (record.kept, teardown_once.py)
         self.once = False
-        self.kept: dict[int, tuple[int, Any]] = {}
 
     def isolation(self) -> AbstractContextManager[Any]:
         chunk_gb = chunk_env(self.sc)
@@ -195,9 +194,9 @@ class CudaWorld(TracedWorld):
         self.record.live_end = [(r.base, r.size) for r in fake.live_registrations()]
         if self.once:
             failed = not_retried(self.record)
-            self.kept = {p: (s, failed[p]) for p, s in self.record.live_end if p in failed}
-            self.record.live_end = [(p, s) for p, s in self.record.live_end
-                                    if p not in self.kept]
+            kept = {p: (s, failed[p]) for p, s in self.record.live_end if p in failed}
+            self.record.kept = kept
+            self.record.live_end = [(p, s) for p, s in self.record.live_end if p not in kept]
         if self.real_hw:
             fake.release_all()   # leave the real driver clean, whatever the code did
 
@@ -205,8 +204,7 @@ class CudaWorld(TracedWorld):
         return check_run(self.record)
 
     def warnings(self) -> list[Violation]:
-        return sorted(check_warnings(self.record) + not_retried_warnings(self.record, self.kept),
-                      key=lambda v: v.seq)
+        return check_warnings(self.record)
 
 
 def build_world(sc: Scenario, impl: Implementation, backend: Any) -> CudaWorld:

@@ -8,31 +8,46 @@ exact base (§1.5 step 5), nothing left registered. A call above the effective M
 Mooncake refuses it with -600 and registers nothing, so it is a fault only where register()
 stopped there (``mr-over-limit``); a store that accepts it leaves the transfers to judge.
 Messages name the buffer and offset, the call and the ErrorCode, so a user can act on the
-first one.
+first one. Each rule is one function, declared with the registry's decorator
+(harness/run/rules.py); :func:`check_mooncake_run` runs this target's functions in order.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvreg.fakes.mooncake.errors import error_name
 from kvreg.fakes.recorder import TraceEntry
 from kvreg.harness.run.endstate import (
-    PROGRAMMING_ERRORS,
     BufferEnd,
     FailedCall,
     Raised,
     check_error_reported,
     check_registered,
     check_seams_aligned,
+    exc_text,
+    fell_back,
     fully_registered,
     live_ranges,
     recovered_warnings,
     rollback_phrase,
+    teardown_raised,
 )
-from kvreg.harness.run.result import Violation, whole_message
+from kvreg.harness.run.result import Violation
+from kvreg.harness.run.rules import (
+    ORDER_RELEASE,
+    ORDER_SEAMS,
+    SITE_CALL,
+    SITE_END,
+    VIOLATION,
+    WARNING,
+    declare,
+    rule,
+    run_rules,
+)
 
 from .transfers import IoFailure, PoolBuffer
 
@@ -40,6 +55,7 @@ __all__ = ["McBuffer", "McRecord", "buffer_ends", "check_mooncake_run", "mooncak
            "seam_in_uncopied_bytes"]
 
 INVALID = -600
+TARGET = "mooncake"      # the target whose rules these are (harness/run/rules.py)
 
 
 @dataclass
@@ -103,77 +119,100 @@ def _owner(r: McRecord, node: str, ptr: int, size: int) -> McBuffer | None:
     return next((b for b in r.buffers if b.pool.node == node and b.pool.holds(ptr, size)), None)
 
 
-def _exc(e: BaseException) -> str:
-    text = whole_message(e)
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
-
-
 def _rc(code: int | None) -> str:
     return f"{code} {error_name(code or 0)}"
 
 
+class _Mc:
+    """A record with what several rules read from it, each computed once."""
+
+    def __init__(self, r: McRecord) -> None:
+        self.r = r
+        self.calls = [e for e in r.trace if e.face.startswith("mooncake:")
+                      and e.api in ("register_buffer", "unregister_buffer")]
+        self.regs = [e for e in self.calls if e.api == "register_buffer"]
+        self.unregs = [e for e in self.calls if e.api == "unregister_buffer"]
+        self.ends = buffer_ends(r)
+        self.starts = [b.seq_start for b in r.buffers]     # register() windows, in call order
+        self.last_failed: dict[int, int] = {}               # buffer index -> its last failed call
+        for e in self.regs:
+            i = bisect.bisect_right(self.starts, e.seq) - 1
+            if e.code and i >= 0 and e.seq < r.buffers[i].seq_end:
+                self.last_failed[i] = e.seq
+
+    @functools.cached_property
+    def fallback(self) -> bool:
+        return fell_back(self.r.pinning, self.ends)
+
+    @functools.cached_property
+    def swallowed(self) -> list[tuple[McBuffer, TraceEntry]]:
+        """The buffers whose register returned normally after a failed call, not fully
+        registered (recovered, or an optional pinning's fallback, is not), with the call."""
+        end_of = {(e.label, e.base): e for e in self.ends}
+        out = []
+        for b in self.r.buffers:
+            mine = _failing(self.r, self.regs, b)
+            if mine and b.error is None and not self.fallback \
+                    and not fully_registered(end_of[b.pool.label, b.pool.base]):
+                out.append((b, mine[0]))
+        return out
+
+
 def check_mooncake_run(r: McRecord) -> list[Violation]:
-    """All violations of a run, first one first."""
-    out: list[Violation] = []
-    calls = [e for e in r.trace if e.face.startswith("mooncake:")
-             and e.api in ("register_buffer", "unregister_buffer")]
-    regs = [e for e in calls if e.api == "register_buffer"]
-    unregs = [e for e in calls if e.api == "unregister_buffer"]
-    if r.budget_hit is not None:
-        out.append(Violation("call-budget", f"stopped after {r.budget_hit} store calls: the "
-                             "implementation loops or never finishes", 0))
-    ends = buffer_ends(r)
-    _check_calls(r, regs, out, ends)
-    swallowed = _check_failures(r, regs, out, ends)
-    out += check_registered(ends, r.pinning, skip=swallowed)
-    if r.seams_matter:
-        out += check_seams_aligned([e for e in ends if e.returned], (1 << 40) + 1,
-                                   lambda end, x: seam_in_uncopied_bytes(r, end, x))
-    out += check_error_reported(ends)
-    for f in r.io_failures:
-        out.append(Violation(f.rule, f.sentence, f.seq))
-    _check_releases(r, calls, out)
-    _check_leaks(r, unregs, out)
-    for rnd, b, err in r.teardown_errors:
-        injected = any(e.injected for e in unregs
-                       if r.teardown_start is not None and e.seq >= r.teardown_start)
-        # a teardown may raise to report an injected unregister failure; a TypeError and its
-        # kin are the code's own bug whatever else went wrong (its other rules fire too)
-        if not injected or type(err).__name__ in PROGRAMMING_ERRORS:
-            out.append(Violation("teardown-raised", f"teardown #{rnd + 1} of {b.pool.label} "
-                                 f"raised {_exc(err)}", 1 << 42))
-    out.sort(key=lambda v: v.seq)
-    return out
+    """All violations of a run, first one first: the mooncake target's rule functions."""
+    return run_rules(TARGET, VIOLATION, _Mc(r))
 
 
-def _check_calls(r: McRecord, regs: list[TraceEntry], out: list[Violation],
-                 ends: list[BufferEnd]) -> None:
-    """Every register_buffer: non-empty, inside one pool buffer; above the MR limit only
-    where the store refused it and register() stopped there (:func:`_gave_up_over_limit`).
-    One pass: a pool of thousands of MRs costs its calls."""
-    starts = [b.seq_start for b in r.buffers]      # register() windows, in call order
-    last_failed: dict[int, int] = {}               # buffer index -> its last failed call
-    for e in regs:
-        i = bisect.bisect_right(starts, e.seq) - 1
-        if e.code and i >= 0 and e.seq < r.buffers[i].seq_end:
-            last_failed[i] = e.seq
-    for e in regs:
-        node, ptr, size = _node(e), int(e.args[0]), int(e.args[1])
-        if size == 0:
-            out.append(Violation("register-size-zero", f"{_call(r, e)} registers 0 bytes (the "
-                                 "store rejects it with -600 INVALID_PARAMS)", e.seq))
+def mooncake_warnings(r: McRecord) -> list[Violation]:
+    """Failed register_buffer calls the implementation recovered from."""
+    return run_rules(TARGET, WARNING, _Mc(r))
+
+
+@rule("call-budget", target=TARGET, doc="scenarios/FORMAT.md")
+def _call_budget(c: _Mc) -> list[Violation]:
+    if c.r.budget_hit is None:
+        return []
+    return [Violation("call-budget", f"stopped after {c.r.budget_hit} store calls: the "
+                      "implementation loops or never finishes", 0)]
+
+
+@rule("register-size-zero", target=TARGET, doc="docs/mooncake-verbs.md §1.4")
+def _size_zero(c: _Mc) -> list[Violation]:
+    return [Violation("register-size-zero", f"{_call(c.r, e)} registers 0 bytes (the store "
+                      "rejects it with -600 INVALID_PARAMS)", e.seq)
+            for e in c.regs if int(e.args[1]) == 0]
+
+
+@rule("range-outside-buffer", target=TARGET, doc="docs/mooncake-verbs.md §1.5")
+def _outside(c: _Mc) -> list[Violation]:
+    return [Violation("range-outside-buffer", f"{_call(c.r, e)} is not inside one pool buffer",
+                      e.seq)
+            for e in c.regs if int(e.args[1]) != 0
+            and _owner(c.r, _node(e), int(e.args[0]), int(e.args[1])) is None]
+
+
+@rule("mr-over-limit", target=TARGET, doc="docs/mooncake-verbs.md §1.6", site=SITE_CALL,
+      summary="a `register_buffer` above the effective MR limit (the minimum of "
+      "`MC_MAX_MR_SIZE` or its 1 TiB default and every NIC's `max_mr_size`) is a fault only "
+      "where the store refused it and register() stopped there; a store that accepts it "
+      "leaves the transfers to judge")
+def _mr_over_limit(c: _Mc) -> list[Violation]:
+    """One pass: a pool of thousands of MRs costs its calls."""
+    r, out = c.r, []
+    for e in c.regs:
+        ptr, size = int(e.args[0]), int(e.args[1])
+        if size == 0 or size <= r.limit or _owner(r, _node(e), ptr, size) is None:
             continue
-        if _owner(r, node, ptr, size) is None:
-            out.append(Violation("range-outside-buffer", f"{_call(r, e)} is not inside one "
-                                 "pool buffer", e.seq))
-        elif size > r.limit and (outcome := _gave_up_over_limit(r, e, ends, starts,
-                                                                 last_failed)):
-            tail = (": released Mooncake rejects it with -600 INVALID_PARAMS and registers "
-                    "nothing (§1.6)" if e.code == INVALID and not e.injected else "")
-            out.append(Violation("mr-over-limit", f"{_call(r, e)} asks for one MR of {size} "
-                                 f"bytes, above the effective MR limit {r.limit} "
-                                 "(MC_MAX_MR_SIZE or 1 TiB, lowered to every device's "
-                                 f"max_mr_size){tail}; {outcome}", e.seq))
+        outcome = _gave_up_over_limit(r, e, c.ends, c.starts, c.last_failed)
+        if not outcome:
+            continue
+        tail = (": released Mooncake rejects it with -600 INVALID_PARAMS and registers "
+                "nothing (§1.6)" if e.code == INVALID and not e.injected else "")
+        out.append(Violation("mr-over-limit", f"{_call(r, e)} asks for one MR of {size} "
+                             f"bytes, above the effective MR limit {r.limit} "
+                             "(MC_MAX_MR_SIZE or 1 TiB, lowered to every device's "
+                             f"max_mr_size){tail}; {outcome}", e.seq))
+    return out
 
 
 def _call(r: McRecord, e: TraceEntry) -> str:
@@ -207,7 +246,7 @@ def _gave_up_over_limit(r: McRecord, e: TraceEntry, ends: list[BufferEnd],
         return (f"register() of {b.pool.label} gave up there and raised "
                 "(register MR-sized chunks instead, or after the refusal)")
     end = next(x for x in ends if x.label == b.pool.label and x.base == b.pool.base)
-    if fully_registered(end) or _fell_back(r, ends):
+    if fully_registered(end) or fell_back(r.pinning, ends):
         return ""           # the refusal registered nothing and register() recovered
     return (f"register() of {b.pool.label} returned with the refused bytes unregistered "
             "(register MR-sized chunks instead, or after the refusal)")
@@ -224,7 +263,7 @@ def _failing(r: McRecord, regs: list[TraceEntry], b: McBuffer) -> list[TraceEntr
 
 def _explain(r: McRecord, regs: list[TraceEntry], b: McBuffer) -> str:
     assert b.error is not None
-    msg = f"register() of {b.pool.label} raised {_exc(b.error)}"
+    msg = f"register() of {b.pool.label} raised {exc_text(b.error)}"
     failing = _failing(r, regs, b)
     if failing:
         e = failing[0]
@@ -279,96 +318,136 @@ def buffer_ends(r: McRecord) -> list[BufferEnd]:
     return out
 
 
-def _fell_back(r: McRecord, ends: list[BufferEnd]) -> bool:
-    return (r.pinning == "optional" and bool(ends) and all(e.returned for e in ends)
-            and not any(e.live for e in ends))
+@rule("error-swallowed", target=TARGET, doc="docs/mooncake-verbs.md §1.1")
+def _swallowed(c: _Mc) -> list[Violation]:
+    logged = next((m for m in c.r.logs if m), "")
+    return [Violation(
+        "error-swallowed",
+        f"register_buffer({_where(c.r, _node(e), int(e.args[0]))}, {int(e.args[1])}) "
+        f"(call #{e.seq + 1}) returned {_rc(e.code)} but register() of {b.pool.label} "
+        "returned normally: the pool would transfer from memory no NIC can reach"
+        + (f" (it only logged: {logged!r})" if logged else ""), e.seq)
+        for b, e in c.swallowed]
 
 
-def mooncake_warnings(r: McRecord) -> list[Violation]:
-    """Failed register_buffer calls the implementation recovered from."""
-    return recovered_warnings(buffer_ends(r), lambda end: bool(check_seams_aligned(
-        [end], 0, lambda e, x: seam_in_uncopied_bytes(r, e, x))))
-
-
-def _check_failures(r: McRecord, regs: list[TraceEntry], out: list[Violation],
-                    ends: list[BufferEnd]) -> set[str]:
-    """Failed register_buffer calls are raised and rolled back; expectations are met.
-
-    Returns the buffers whose error was swallowed (the registered rule says no more there).
-    """
-    any_failed = any(e.code for e in regs)
-    end_of = {(e.label, e.base): e for e in ends}
-    fallback = _fell_back(r, ends)
-    swallowed: set[str] = set()
+@rule("not-rolled-back", target=TARGET, doc="docs/mooncake-verbs.md §1.5")
+def _not_rolled_back(c: _Mc) -> list[Violation]:
+    """A register that raised left nothing registered, but what an injected rollback
+    failure pinned."""
+    r, out = c.r, []
     for b in r.buffers:
-        mine = _failing(r, regs, b)
-        # recovered (fully registered, nothing raised) or an optional pinning's fallback
-        if mine and b.error is None and not fallback \
-                and not fully_registered(end_of[b.pool.label, b.pool.base]):
-            swallowed.add(b.pool.label)
-            e = mine[0]
-            logged = next((m for m in r.logs if m), "")
-            out.append(Violation(
-                "error-swallowed",
-                f"register_buffer({_where(r, _node(e), int(e.args[0]))}, {int(e.args[1])}) "
-                f"(call #{e.seq + 1}) returned {_rc(e.code)} but register() of {b.pool.label} "
-                "returned normally: the pool would transfer from memory no NIC can reach"
-                + (f" (it only logged: {logged!r})" if logged else ""), e.seq))
-        if b.error is not None and b.live_after_error:
-            failed_rollback = {int(x.args[0]) for x in r.trace
-                               if x.api == "unregister_buffer" and x.injected
-                               and b.seq_start <= x.seq < b.seq_end}
-            made = [e for e in r.trace if e.face.startswith("mooncake:") and e.code == 0
-                    and b.seq_start <= e.seq < b.seq_end and _node(e) == b.pool.node]
-            earlier = sum(1 for e in made if e.api == "register_buffer")
-            released = sum(1 for e in made if e.api == "unregister_buffer")
-            left = [f"[{_where(r, b.pool.node, p)}, +{s})" for p, s in b.live_after_error
-                    if p not in failed_rollback]
-            for ptr, size in b.live_after_error:
-                if ptr in failed_rollback:
-                    continue
-                why = (f" (register_buffer call #{mine[0].seq + 1} returned {_rc(mine[0].code)})"
-                       if mine else "")
-                out.append(Violation(
-                    "not-rolled-back", f"MR [{_where(r, b.pool.node, ptr)}, +{size}) is still "
-                    f"registered after register() of {b.pool.label} failed{why}: "
-                    + rollback_phrase(earlier, released, left).replace("chunk(s)", "MR(s)"),
-                    b.seq_end))
-    if r.expect == "success" or (r.expect == "register-error" and not any_failed
-                                 and r.budget_hit is None):
-        b_err = next((b for b in r.buffers if b.error is not None), None)
-        if b_err is not None:
-            out.append(Violation("unexpected-error", _explain(r, regs, b_err), b_err.seq_end))
-    elif r.expect == "rejected":
-        b_err = next((b for b in r.buffers if b.error is not None), None)
-        if b_err is None:
-            big = next((b for b in r.buffers if b.granularity > r.limit), None)
-            what = (f"object stride {big.granularity} of {big.pool.label}" if big is not None
-                    else "every buffer")
-            out.append(Violation("not-rejected", f"register() accepted {what} with MR limit "
-                                 f"{r.limit}: no seam can keep an object inside one MR, so it "
-                                 "must raise ValueError before any call",
-                                 r.buffers[-1].seq_end if r.buffers else 0))
-        else:
-            made = [e for e in regs if b_err.seq_start <= e.seq < b_err.seq_end]
-            if made:
-                out.append(Violation("rejected-too-late", f"register() of {b_err.pool.label} "
-                                     f"made {len(made)} register_buffer call(s) before "
-                                     f"rejecting object stride {b_err.granularity} > MR limit "
-                                     f"{r.limit}", made[0].seq))
-            elif b_err.error is not None and not isinstance(b_err.error, ValueError):
-                out.append(Violation("rejected-wrong-error", f"register() of "
-                                     f"{b_err.pool.label} rejected the stride with "
-                                     f"{_exc(b_err.error)}; expected ValueError",
-                                     b_err.seq_end))
-    return swallowed
+        if b.error is None or not b.live_after_error:
+            continue
+        mine = _failing(r, c.regs, b)
+        failed_rollback = {int(x.args[0]) for x in r.trace
+                           if x.api == "unregister_buffer" and x.injected
+                           and b.seq_start <= x.seq < b.seq_end}
+        made = [e for e in r.trace if e.face.startswith("mooncake:") and e.code == 0
+                and b.seq_start <= e.seq < b.seq_end and _node(e) == b.pool.node]
+        earlier = sum(1 for e in made if e.api == "register_buffer")
+        released = sum(1 for e in made if e.api == "unregister_buffer")
+        left = [f"[{_where(r, b.pool.node, p)}, +{s})" for p, s in b.live_after_error
+                if p not in failed_rollback]
+        why = (f" (register_buffer call #{mine[0].seq + 1} returned {_rc(mine[0].code)})"
+               if mine else "")
+        out += [Violation(
+            "not-rolled-back", f"MR [{_where(r, b.pool.node, ptr)}, +{size}) is still "
+            f"registered after register() of {b.pool.label} failed{why}: "
+            + rollback_phrase(earlier, released, left).replace("chunk(s)", "MR(s)"),
+            b.seq_end) for ptr, size in b.live_after_error if ptr not in failed_rollback]
+    return out
 
 
-def _check_releases(r: McRecord, calls: list[TraceEntry], out: list[Violation]) -> None:
+def _first_raised(r: McRecord) -> McBuffer | None:
+    return next((b for b in r.buffers if b.error is not None), None)
+
+
+@rule("unexpected-error", target=TARGET, doc="scenarios/FORMAT.md")
+def _unexpected(c: _Mc) -> list[Violation]:
+    r = c.r
+    if r.expect == "success" or (r.expect == "register-error"
+                                 and not any(e.code for e in c.regs) and r.budget_hit is None):
+        b = _first_raised(r)
+        if b is not None:
+            return [Violation("unexpected-error", _explain(r, c.regs, b), b.seq_end)]
+    return []
+
+
+@rule("not-rejected", target=TARGET, doc="harness/run/contract.py")
+def _not_rejected(c: _Mc) -> list[Violation]:
+    r = c.r
+    if r.expect != "rejected" or _first_raised(r) is not None:
+        return []
+    big = next((b for b in r.buffers if b.granularity > r.limit), None)
+    what = (f"object stride {big.granularity} of {big.pool.label}" if big is not None
+            else "every buffer")
+    return [Violation("not-rejected", f"register() accepted {what} with MR limit {r.limit}: "
+                      "no seam can keep an object inside one MR, so it must raise ValueError "
+                      "before any call", r.buffers[-1].seq_end if r.buffers else 0)]
+
+
+@rule("rejected-too-late", target=TARGET, doc="harness/run/contract.py")
+def _too_late(c: _Mc) -> list[Violation]:
+    b = _first_raised(c.r)
+    if c.r.expect != "rejected" or b is None:
+        return []
+    made = [e for e in c.regs if b.seq_start <= e.seq < b.seq_end]
+    if not made:
+        return []
+    return [Violation("rejected-too-late", f"register() of {b.pool.label} made {len(made)} "
+                      f"register_buffer call(s) before rejecting object stride "
+                      f"{b.granularity} > MR limit {c.r.limit}", made[0].seq)]
+
+
+@rule("rejected-wrong-error", target=TARGET, doc="harness/run/contract.py")
+def _wrong_error(c: _Mc) -> list[Violation]:
+    b = _first_raised(c.r)
+    if c.r.expect != "rejected" or b is None or b.error is None \
+            or isinstance(b.error, ValueError) \
+            or any(b.seq_start <= e.seq < b.seq_end for e in c.regs):
+        return []
+    return [Violation("rejected-wrong-error", f"register() of {b.pool.label} rejected the "
+                      f"stride with {exc_text(b.error)}; expected ValueError", b.seq_end)]
+
+
+@rule("registered", target=TARGET, doc="docs/mooncake-verbs.md §1.7")
+def _registered(c: _Mc) -> list[Violation]:
+    return check_registered(c.ends, c.r.pinning, skip={b.pool.label for b, _ in c.swallowed})
+
+
+@rule("seams-aligned", target=TARGET, doc="docs/mooncake-verbs.md §1.7")
+def _seams_aligned(c: _Mc) -> list[Violation]:
+    if not c.r.seams_matter:
+        return []
+    return check_seams_aligned([e for e in c.ends if e.returned], ORDER_SEAMS,
+                               lambda end, x: seam_in_uncopied_bytes(c.r, end, x))
+
+
+@rule("error-reported", target=TARGET, doc="docs/mooncake-verbs.md §1.4")
+def _error_reported(c: _Mc) -> list[Violation]:
+    return check_error_reported(c.ends)
+
+
+declare("round-trip-mismatch", "every page put through the store (or written by RDMA on "
+        "the PD path) reads back byte for byte", site=SITE_END)
+declare("pd-transfer-failed", "with `pd = true`, every page RDMA-WRITEs from the prefill "
+        "node into the decode node through the registered MRs", site=SITE_END)
+
+
+@rule("transfer-failed", "round-trip-mismatch", "pd-transfer-failed", target=TARGET,
+      doc="docs/mooncake-verbs.md §1.7")
+def _transfers(c: _Mc) -> list[Violation]:
+    """The first failure of each transfer step (store I/O, PD writes), as it named it."""
+    return [Violation(f.rule, f.sentence, f.seq) for f in c.r.io_failures]
+
+
+@rule("unregister-not-a-live-base", target=TARGET, doc="docs/mooncake-verbs.md §1.5")
+def _not_live_base(c: _Mc) -> list[Violation]:
     """unregister_buffer only on live bases (§1.5 step 5), each MR released once."""
     live: dict[tuple[str, int], int] = {}
     released: set[tuple[str, int]] = set()
-    for e in calls:
+    out = []
+    for e in c.calls:
         node, ptr = _node(e), int(e.args[0])
         if e.api == "register_buffer":
             if e.code == 0:
@@ -388,19 +467,38 @@ def _check_releases(r: McRecord, calls: list[TraceEntry], out: list[Violation]) 
         else:
             why = "was never registered"
         out.append(Violation("unregister-not-a-live-base",
-                             f"call #{e.seq + 1} unregister_buffer({_where(r, node, ptr)}), which "
-                             f"{why}, returned {_rc(e.code)}", e.seq))
+                             f"call #{e.seq + 1} unregister_buffer({_where(c.r, node, ptr)}), "
+                             f"which {why}, returned {_rc(e.code)}", e.seq))
+    return out
 
 
-def _check_leaks(r: McRecord, unregs: list[TraceEntry], out: list[Violation]) -> None:
-    """Nothing stays registered at the end, except what an injected rollback failure pinned."""
-    for node, ptr, size in r.live_end:
+@rule("leak", target=TARGET, doc="docs/mooncake-verbs.md §1.5")
+def _leak(c: _Mc) -> list[Violation]:
+    """Nothing stays registered at the end, except what an injected rollback failure pinned
+    (and what a register that raised left: not-rolled-back)."""
+    r = c.r
+    if "teardown" not in r.exercised:
+        return []
+    out = []
+    for i, (node, ptr, size) in enumerate(r.live_end):
         b = _owner(r, node, ptr, size)
         if b is not None and b.error is not None:
-            continue        # reported as not-rolled-back (or pinned by an injected failure)
-        if "teardown" not in r.exercised:
             continue
-        lost = any(e.injected and int(e.args[0]) == ptr and _node(e) == node for e in unregs)
+        lost = any(e.injected and int(e.args[0]) == ptr and _node(e) == node
+                   for e in c.unregs)
         out.append(Violation("leak", f"MR [{_where(r, node, ptr)}, +{size}) was never released"
                              + (": teardown lost track of it after unregister_buffer failed"
-                                if lost else " by teardown"), 1 << 41))
+                                if lost else " by teardown"), ORDER_RELEASE + i))
+    return out
+
+
+@rule("teardown-raised", target=TARGET, doc="docs/mooncake-verbs.md §7.1")
+def _teardown_raised(c: _Mc) -> list[Violation]:
+    return teardown_raised([(rnd, b.pool.label, err) for rnd, b, err in c.r.teardown_errors],
+                           c.unregs, c.r.teardown_start)
+
+
+@rule("recovered", target=TARGET, doc="docs/mooncake-verbs.md §1.5", emits=WARNING)
+def _recovered(c: _Mc) -> list[Violation]:
+    return recovered_warnings(c.ends, lambda end: bool(check_seams_aligned(
+        [end], 0, lambda e, x: seam_in_uncopied_bytes(c.r, e, x))))

@@ -25,6 +25,7 @@ from kvreg.fakes.verbs.pd import PD
 from kvreg.fakes.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from kvreg.fakes.verbs.wr import SGE, SendWR
 from kvreg.harness.pools import PoolGeometry
+from kvreg.harness.run.rules import ORDER_TRANSFER
 
 from .transfers import (
     Int64s,
@@ -128,7 +129,7 @@ def pd_transfer(fake: FakeMooncake, geometry: PoolGeometry, src: Sequence[PoolBu
                     "pd-transfer-failed", part_words(geometry, bufs, page, None,
                                                       (buf, off, size)),
                     failure_cause(rng, bufs[buf], off, size), "no MR key to post the RDMA WRITE "
-                    "from prefill to decode with", 1 << 40)
+                    "from prefill to decode with", ORDER_TRANSFER)
             wr = SendWR(wr_id=r, opcode=int(V.ibv_wr_opcode.IBV_WR_RDMA_WRITE), num_sge=1,
                         sg=[SGE(lptr, size, lmr.lkey)])
             wr.set_wr_rdma(rmr.rkey, rptr)
@@ -157,7 +158,7 @@ def pd_transfer(fake: FakeMooncake, geometry: PoolGeometry, src: Sequence[PoolBu
                     "round-trip-mismatch", part_words(geometry, dst, page, None,
                                                        (buf, off, size)),
                     "holds other bytes than prefill wrote",
-                    "after a successful RDMA WRITE", 1 << 40)
+                    "after a successful RDMA WRITE", ORDER_TRANSFER)
     finally:
         a.ctx.close()
         b.ctx.close()

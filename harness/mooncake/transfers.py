@@ -29,6 +29,7 @@ from kvreg.harness.pools import (
     PageExtents,
     PoolGeometry,
 )
+from kvreg.harness.run.rules import ORDER_TRANSFER
 
 from .reference import pack_multi_buffer_meta
 from .selection import select_pages
@@ -360,7 +361,7 @@ def store_round_trip(fake: FakeMooncake, store: Any, node: str, geometry: PoolGe
             objs = batch.objects
             if len(results) != len(objs):
                 return done, IoFailure("transfer-failed", f"{api} of {len(objs)} keys",
-                                       "", f"returned {len(results)} results", 1 << 40)
+                                       "", f"returned {len(results)} results", ORDER_TRANSFER)
             for obj, rc in zip(objs, results, strict=True):
                 want = 0 if put else obj.size
                 if rc == want:
@@ -400,5 +401,5 @@ def _compare(geometry: PoolGeometry, bufs: Sequence[PoolBuffer], expected: dict[
             return IoFailure("round-trip-mismatch",
                              part_words(geometry, bufs, obj.page, obj.key, (db, doff, n)),
                              f"came back different at byte {first}",
-                             "the bytes read back are not the bytes put", 1 << 40)
+                             "the bytes read back are not the bytes put", ORDER_TRANSFER)
     return None

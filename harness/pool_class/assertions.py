@@ -29,6 +29,7 @@ from kvreg.harness.plan.chunking import PlanError, reference_unit
 from kvreg.harness.pools.base import BufferSpec, PoolGeometry, Region
 from kvreg.harness.run.endstate import PINNING, summarize_exception
 from kvreg.harness.run.result import Violation
+from kvreg.harness.run.rules import teardown_rules
 from kvreg.harness.run.world import next_seq
 
 __all__ = ["PoolCheck", "PoolRegistrationError", "assert_pool_registered",
@@ -36,9 +37,6 @@ __all__ = ["PoolCheck", "PoolRegistrationError", "assert_pool_registered",
 
 GiB = 1 << 30
 ENV_CHUNK_GB = "SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB"
-# the rules that judge a teardown (the rest judge the register and are reported there)
-TEARDOWN_RULES = frozenset({"leak", "unregister-not-a-live-base", "teardown-raised",
-                            "not-rolled-back", "error-pending"})
 _UNSET: Any = object()
 
 
@@ -263,7 +261,10 @@ class PoolCheck:
         record.trace = list(fake.trace)
         record.live_end = [(r.base, r.size) for r in fake.live_registrations()]
         record.teardown_errors = [(0, 0, e) for e in teardown_errors]
-        return [v for v in check_run(record) if v.rule in TEARDOWN_RULES
+        # the rules that judge a teardown (the rest judge the register, reported there); a
+        # rule of both steps (error-pending) only as it judges the teardown
+        judged = teardown_rules()
+        return [v for v in check_run(record) if v.rule in judged
                 and (v.rule != "error-pending" or "after teardown" in v.message)]
 
     def assert_registered(self) -> None:

@@ -30,22 +30,21 @@ from typing import TYPE_CHECKING, Any
 
 from .progress import Progress
 from .result import Violation
+from .rules import (
+    SITE_CALL,
+    SITE_END,
+    SITE_LAST_CALL,
+    SITE_RAISE,
+    SITE_RELEASE,
+    SITE_STEP,
+    SITE_TEARDOWN,
+    get_rule,
+)
 
 if TYPE_CHECKING:
     from .implementation import Implementation
 
-__all__ = ["CALL_RULES", "RAISE_RULES", "CallSites", "Site", "display_path", "locate"]
-
-# rules whose violation's ``seq`` is the call that broke them: the site is that call's
-CALL_RULES = frozenset({"register-size-zero", "range-outside-buffer", "chunk-over-limit",
-                        "mr-over-limit", "error-swallowed", "unregister-not-a-live-base",
-                        "rejected-too-late", "recovered", "unregister-null",
-                        "unregister-unloading"})
-# rules about what register raised (or did not undo before raising): the raise's site
-RAISE_RULES = frozenset({"error-reported", "unexpected-error", "rejected-wrong-error",
-                         "not-rolled-back"})
-# rules about what teardown did or raised: the teardown's site
-TEARDOWN_RULES = frozenset({"teardown-raised", "leak"})
+__all__ = ["CallSites", "Site", "display_path", "locate"]
 
 _CALL_NO = re.compile(r"\(call #(\d+)\)")     # messages number calls from 1
 _ROOT = Path(__file__).resolve().parents[2]       # the kvreg package
@@ -204,25 +203,28 @@ class CallSites:
                 self.last_register = site
 
     def site_for(self, v: Violation) -> Site | None:
-        """The site a violation of ``v.rule`` is about (None when none is known)."""
+        """The site a violation of ``v.rule`` is about, as its rule says where it is taken
+        (harness/run/rules.py; None when none is known)."""
+        found = get_rule(v.rule)
+        kind = found.site if found is not None else SITE_END
         register_def = _def_site(self.impl.register_fn)
         teardown_def = _def_site(self.impl.teardown_fn)
-        if v.rule in CALL_RULES:
+        if kind == SITE_STEP and "after teardown" in v.message:
+            return teardown_def
+        if kind == SITE_CALL:
             return self.calls.get(v.seq) or register_def
-        if v.rule in RAISE_RULES:
+        if kind == SITE_RAISE:
             raised = self.raises["register"]
             return raised[-1] if raised else register_def
-        if v.rule == "teardown-raised":
+        if kind == SITE_TEARDOWN:
             raised = self.raises["teardown"]
             return raised[0] if raised else teardown_def
-        if v.rule == "leak":
+        if kind == SITE_RELEASE:
             # a chunk a failed rollback unregister left behind: that call's site
             named = _CALL_NO.search(v.message)
             site = self.calls.get(int(named.group(1)) - 1) if named else None
             return site or teardown_def
-        if v.rule == "error-pending" and "after teardown" in v.message:
-            return teardown_def
-        if v.rule == "call-budget" and self.calls:
+        if kind == SITE_LAST_CALL and self.calls:
             return self.calls[max(self.calls)]
         # the end state register left (gaps, seams, copies across seams): the registration
         # call that chose the chunks, else the register function

@@ -19,10 +19,14 @@ from typing import Any
 
 from .endstate import undrainable
 from .result import INTERNAL_ERROR, ScenarioResult, Violation
+from .targets import style_contract
 
 __all__ = ["Cause", "causes", "dedupe", "hints", "render_causes"]
 
 _CALL_NO = re.compile(r"#\d+")
+# the keyword by which a style gives register the store's MR limit (its StyleContract):
+# where register was given it, MRs above it are the hint's subject
+MR_LIMIT_KEYWORD = "max_mr_size"
 _ERROR_TAIL = re.compile(r" (during|while|before|after) .*$")
 
 
@@ -133,7 +137,8 @@ def hints(results: Sequence[ScenarioResult], *, pinning: str | None = None,
                    "report lists each instance.")
     over = [r for r in results if r.verdict == "fail"
             and any(v.rule == "mr-over-limit" for v in r.violations)]
-    if over and style == "mooncake":
+    declared = style_contract(style)
+    if over and declared is not None and MR_LIMIT_KEYWORD in declared.keywords:
         out.append(f"{len(over)} scenario(s) made MRs above the max_mr_size register was "
                    "given. A register that computes its own limit should still honour a "
                    "given one; the mooncake limit = \"own\" scenarios judge the limit it "

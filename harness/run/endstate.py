@@ -29,10 +29,12 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import kvreg.fakes
 
 from .result import Violation, whole_message
+from .rules import ORDER_PENDING, ORDER_TEARDOWN
 
 __all__ = [
     "PINNING",
@@ -49,12 +51,15 @@ __all__ = [
     "check_seams_aligned",
     "coverage_problems",
     "decisive_failure",
+    "exc_text",
+    "fell_back",
     "fully_registered",
     "live_ranges",
     "mark_superseded",
     "recovered_warnings",
     "rollback_phrase",
     "summarize_exception",
+    "teardown_raised",
     "undrainable",
 ]
 
@@ -99,6 +104,13 @@ def _origin(exc: BaseException) -> str:
         line = (fr.line or linecache.getline(fr.filename, fr.lineno or 0)).strip()
         return f"{Path(fr.filename).name}:{fr.lineno}: {line}"
     return ""
+
+
+def exc_text(e: BaseException) -> str:
+    """``Type: message`` of an exception, its message whole on one line (just ``Type``
+    when it has none)."""
+    text = whole_message(e)
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 def summarize_exception(exc: BaseException) -> Raised:
@@ -440,13 +452,13 @@ def check_error_pending(pending: Sequence[Pending], *, fallback: bool,
                                             "check through that library reports it against "
                                             f"an unrelated call under {PRIVATE_READ}; drain "
                                             "it with cudaGetLastError through the same "
-                                            "runtime", 1 << 43))
+                                            "runtime", ORDER_PENDING))
             else:
                 warnings.append(Violation("error-pending", f"{text}; no kernel-launch check "
                                           "of torch's reads that instance, only handles that "
                                           f"open the same library ({PRIVATE_UNREAD}); drain "
                                           "it with cudaGetLastError through the same handle",
-                                          1 << 43))
+                                          ORDER_PENDING))
             continue
         head = (f"{when}, {p.runtime}'s "
                 f"runtime still holds {p.name} "
@@ -454,12 +466,34 @@ def check_error_pending(pending: Sequence[Pending], *, fallback: bool,
                 "against an unrelated op")
         if p.runtime != "torch":
             violations.append(Violation("error-pending", head + "; drain it with "
-                                        "cudaGetLastError through the same runtime", 1 << 43))
+                                        "cudaGetLastError through the same runtime", ORDER_PENDING))
         elif fallback:
             violations.append(Violation("error-pending", head + "; a pageable fallback must "
                                         "leave nothing pending: register and drain through "
                                         "one runtime that has cudaGetLastError (cuda-python) "
-                                        "or use cuMemHostRegister", 1 << 43))
+                                        "or use cuMemHostRegister", ORDER_PENDING))
         else:
-            warnings.append(Violation("error-pending", f"{head} {UNDRAINABLE}", 1 << 43))
+            warnings.append(Violation("error-pending", f"{head} {UNDRAINABLE}", ORDER_PENDING))
     return violations, warnings
+
+
+def fell_back(pinning: str, ends: Sequence[BufferEnd]) -> bool:
+    """An optional pinning that registered nothing and raised nothing: the pageable
+    fallback."""
+    return (pinning == "optional" and bool(ends) and all(e.returned for e in ends)
+            and not any(e.live for e in ends))
+
+
+def teardown_raised(errors: Iterable[tuple[int, str, BaseException]],
+                    unregisters: Sequence[Any], teardown_start: int | None
+                    ) -> list[Violation]:
+    """``teardown-raised`` for each (round, buffer, exception) a teardown raised: acceptable
+    only to report an injected unregister failure (``unregisters``: the trace's unregister
+    calls); a TypeError and its kin are the code's own bug whatever else went wrong (its
+    other rules fire too)."""
+    injected = teardown_start is not None and any(
+        e.injected for e in unregisters if e.seq >= teardown_start)
+    return [Violation("teardown-raised", f"teardown #{rnd + 1} of {label} raised "
+                      f"{exc_text(err)}", ORDER_TEARDOWN)
+            for rnd, label, err in errors
+            if not injected or type(err).__name__ in PROGRAMMING_ERRORS]
