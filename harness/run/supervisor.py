@@ -42,7 +42,7 @@ from .worker import READY, Reconfigure, worker_main
 if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
 
-__all__ = ["Supervisor", "death_reason"]
+__all__ = ["Supervisor", "death_reason", "exited", "preload"]
 
 
 _GRACE_S = 5.0     # how long a worker whose pipe closed may take to exit
@@ -58,7 +58,7 @@ class _Worker:
     config: ProcessConfig | None = None
 
 
-def _exited(process: Any, grace: float) -> bool:
+def exited(process: Any, grace: float) -> bool:
     """Whether ``process`` exits within ``grace`` seconds. Asks for its exit status without
     blocking: its sentinel is no proof of exit when the code closed its inherited fds (then
     ``join`` would wait for ever)."""
@@ -95,7 +95,7 @@ def death_reason(exitcode: int | None, *, timed_out: bool, limits: Limits) -> st
                                                                           if text else "")
 
 
-def _preload() -> None:
+def preload() -> None:
     """Import in the supervisor what every run imports (torch, for ``torch.cuda.cudart``),
     so that a forked worker, first or replacement, starts ready instead of importing it
     inside its first scenario's time limit."""
@@ -121,7 +121,7 @@ class Supervisor:
     # -- workers ---------------------------------------------------------------------------
     def _start(self, config: ProcessConfig) -> _Worker:
         if not self.started:
-            _preload()
+            preload()
         block = self._ctx.RawValue(ProgressBlock)
         ours, theirs = self._ctx.Pipe()
         process = self._ctx.Process(target=worker_main, name="kvreg-worker", daemon=True,
@@ -224,7 +224,7 @@ class Supervisor:
                     return index, result
             except Exception:
                 pass     # the pipe closed (the worker is ending), or holds no result
-            if _exited(w.process, _GRACE_S):
+            if exited(w.process, _GRACE_S):
                 reason = death_reason(w.process.exitcode, timed_out=False, limits=self.limits)
             else:     # alive without its pipe or sentinel: the code closed or wrote them
                 w.process.kill()

@@ -45,7 +45,8 @@ from .target import ProcessConfig
 if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
 
-__all__ = ["DECLINED", "READY", "Reconfigure", "ended_by", "run_in_process", "worker_main"]
+__all__ = ["DECLINED", "READY", "Reconfigure", "die_with_parent", "ended_by", "run_in_process",
+           "worker_main"]
 
 _PR_SET_PDEATHSIG = 1
 READY = "kvreg-worker-ready"   # what a worker sends once it can take scenarios
@@ -85,7 +86,7 @@ def _unlimit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Linux: be killed when the supervisor dies, even by SIGKILL, so that no endless
     implementation outlives kvreg (prctl PR_SET_PDEATHSIG; elsewhere a no-op)."""
     parent = os.getppid()
@@ -142,7 +143,7 @@ def worker_main(conn: Connection, block: Any, impl: Implementation, backend: Any
     the supervisor sends it only scenarios of that configuration, or of another one it
     accepted (:class:`Reconfigure`).
     """
-    _die_with_parent()
+    die_with_parent()
     # Ctrl-C in a terminal reaches the whole process group: the supervisor handles it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # a crash is reported by the supervisor in one line, not as a dump of every thread

@@ -11,9 +11,9 @@ stay allowed; they are not kvreg modules and make no edges here.
 
 The layers (ARCHITECTURE.md#one-scenario-one-way): ``fakes/`` imports nothing of kvreg but
 itself (a fake knows no harness); the generic layers of ``harness/`` (``run``, ``scenario``,
-``cli``, ``plan``, ``pools``) import no target's room (``harness/cuda``, ``harness/mooncake``):
-they reach a target through the registry (``run/targets.py``, by module name) only, so a new
-target touches its own room and the registry.
+``cli``, ``plan``, ``pools``, ``ranks``) import no target's room (``harness/cuda``,
+``harness/mooncake``): they reach a target through the registry (``run/targets.py``, by
+module name) only, so a new target touches its own room and the registry.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ KNOWN_CYCLES_IN_PROGRESS: list[frozenset[str]] = []
 KNOWN_PRIVATE_IMPORTS_IN_PROGRESS: set[tuple[str, str]] = set()
 
 GENERIC_LAYERS = ("kvreg.harness.run", "kvreg.harness.scenario", "kvreg.harness.cli",
-                  "kvreg.harness.plan", "kvreg.harness.pools")
+                  "kvreg.harness.plan", "kvreg.harness.pools", "kvreg.harness.ranks")
 # every room the registry names (a new target is checked the day its line is added)
 TARGET_ROOMS = tuple(sorted({module.rsplit(".", 1)[0] for module in TARGETS.values()}))
 # the registry names every target; it imports them by module name (importlib), never by an

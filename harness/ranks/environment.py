@@ -1,0 +1,40 @@
+"""What a rank process is given before ``torch.distributed`` starts: torchrun's variables and
+a rendezvous socket that listens on 127.0.0.1 only.
+
+torchrun sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``
+and ``MASTER_PORT`` in every worker [DOC: docs.pytorch.org/docs/stable/elastic/run.html,
+"Environment Variables"], and code under test reads them (``int(os.environ["LOCAL_RANK"])``
+picks a GPU, ``WORLD_SIZE`` sizes a per-rank share of a host budget), so a rank has them all.
+
+Loopback only: a ``TCPStore`` server opened by port listens on every interface (``::``), and
+gloo's default device binds the address the host name resolves to. So the store is handed a
+socket kvreg bound to 127.0.0.1 (``master_listen_fd``), whose port is the free port (no race
+between choosing it and binding it), and gloo is pointed at the loopback interface
+(``GLOO_SOCKET_IFNAME`` [DOC: docs.pytorch.org/docs/stable/distributed.html, "Choosing the
+network interface to use"]); tests/ranks prove every socket a rank holds is on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import socket
+
+__all__ = ["LOOPBACK", "LOOPBACK_IFNAME", "loopback_listener", "rank_env"]
+
+LOOPBACK = "127.0.0.1"
+LOOPBACK_IFNAME = "lo"      # Linux's loopback interface
+
+
+def loopback_listener() -> socket.socket:
+    """A TCP socket listening on 127.0.0.1 at a port the kernel chose: the store's server."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((LOOPBACK, 0))
+    sock.listen(128)
+    return sock
+
+
+def rank_env(rank: int, world_size: int, port: int) -> dict[str, str]:
+    """The variables torchrun sets in worker ``rank`` of a one-machine run of ``world_size``
+    (one machine: the local rank is the rank), and gloo's interface."""
+    return {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": LOOPBACK,
+            "MASTER_PORT": str(port), "GLOO_SOCKET_IFNAME": LOOPBACK_IFNAME}
