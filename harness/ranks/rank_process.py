@@ -24,7 +24,7 @@ from typing import Any
 
 from kvreg.harness.run.worker import die_with_parent
 
-from .environment import LOOPBACK, rank_env
+from .environment import LOOPBACK, omp_threads, rank_env
 
 __all__ = ["FAILED", "READY", "RankSetup", "rank_main", "resolve"]
 
@@ -59,9 +59,16 @@ def resolve(spec: str) -> Any:
 
 def _join(setup: RankSetup) -> None:
     """Set torchrun's variables and join the gloo group through the loopback store."""
+    import torch
     import torch.distributed as dist
 
+    threads = omp_threads(setup.world_size, setup.env, os.environ.get("OMP_NUM_THREADS"))
     os.environ.update(setup.env)
+    if threads is not None:
+        os.environ["OMP_NUM_THREADS"] = threads
+        # torch read the variable when the caller imported it, before this fork
+        with suppress(ValueError):
+            torch.set_num_threads(int(threads))
     os.environ.update(rank_env(setup.rank, setup.world_size, setup.port))
     timeout = datetime.timedelta(seconds=setup.timeout_s)
     store = dist.TCPStore(  # type: ignore[attr-defined]

@@ -20,6 +20,7 @@ import psutil  # type: ignore[import-untyped]
 import pytest
 
 from kvreg.harness.ranks import RankGroup
+from kvreg.harness.ranks.environment import omp_threads
 
 pytest.importorskip("torch.distributed")
 HANG_S = 3.0          # how long a call waits for a rank that never returns
@@ -155,3 +156,23 @@ def test_bad_arguments_are_refused_before_any_rank_starts() -> None:
     with pytest.raises(ValueError, match="1 argument tuples for 2 ranks"):
         group.run("rank_probes:noop", [()])
     assert group.starts == 0
+
+
+def test_threads_per_rank_as_torchrun_sets_them() -> None:
+    """torchrun: OMP_NUM_THREADS=1 per process with more than one per node, unless set
+    [DOC: torch/distributed/run.py, 2.13]."""
+    assert omp_threads(8, {}, None) == "1"
+    assert omp_threads(1, {}, None) is None
+    assert omp_threads(8, {}, "4") == "4"
+    assert omp_threads(8, {"OMP_NUM_THREADS": "2"}, "4") == "2"
+
+
+@pytest.mark.parametrize("env", [{}, {"OMP_NUM_THREADS": "2"}])
+def test_every_rank_runs_with_those_threads(env: dict[str, str], children: None) -> None:
+    expected = omp_threads(2, env, os.environ.get("OMP_NUM_THREADS"))
+    with RankGroup(2, env=env) as group:
+        outcomes = group.run("torch:get_num_threads", timeout=CALL_S)
+        variables = group.run("os:getenv", [("OMP_NUM_THREADS",)] * 2, timeout=CALL_S)
+    assert expected is not None
+    assert [o.value for o in outcomes] == [int(expected)] * 2
+    assert [o.value for o in variables] == [expected] * 2

@@ -1,0 +1,100 @@
+"""The cost of rank processes (harness/ranks): one 8-rank call on a warm group against 8
+calls on a warm single-rank group, and the start-up of a group of 8 against 8 fresh
+interpreters importing torch (what 8 rank processes started without fork would pay).
+
+CPU time is the caller's plus every rank's (read from /proc through psutil), so a loaded
+machine moves it less than wall time; both are printed. Ratios are printed, never asserted
+(benchmarks/conftest.py's MEDIANS keeps them for the run's summary)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil  # type: ignore[import-untyped]
+import pytest
+
+from kvreg.harness.ranks import RankGroup
+
+from .conftest import MEDIANS
+
+pytest.importorskip("torch.distributed")
+ROOT = str(Path(__file__).resolve().parents[1])
+WORK = "benchmarks.rank_work:work"
+ROUNDS = 200      # about a small scenario's worth of work per rank (some 10 ms)
+REPEATS = 5
+
+
+def _cpu(pids: list[int]) -> float:
+    """CPU seconds used so far by this process and ``pids``."""
+    own = psutil.Process().cpu_times()
+    total = own.user + own.system
+    for pid in pids:
+        times = psutil.Process(pid).cpu_times()
+        total += times.user + times.system
+    return float(total)
+
+
+def _measure(group: RankGroup, step: Callable[[], Any]) -> tuple[float, float]:
+    """Median (wall s, CPU s) of ``step`` over REPEATS, on ``group``'s started ranks."""
+    walls, cpus = [], []
+    for _ in range(REPEATS):
+        cpu0, wall0 = _cpu(group.pids), time.perf_counter()
+        step()
+        walls.append(time.perf_counter() - wall0)
+        cpus.append(_cpu(group.pids) - cpu0)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def _call(group: RankGroup) -> None:
+    outcomes = group.run(WORK, [(ROUNDS,)] * group.world_size, timeout=300)
+    assert all(o.ok for o in outcomes), [o.reason for o in outcomes]
+
+
+def _torch_import_cpu() -> float:
+    """CPU seconds a fresh interpreter spends importing torch.distributed."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-c", "import torch.distributed"], check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def _start_cost(world: int) -> tuple[float, float, RankGroup]:
+    """(wall s, CPU s) of starting a group of ``world``, and the started group."""
+    group = RankGroup(world)
+    cpu0, wall0 = _cpu([]), time.perf_counter()
+    group.start()
+    wall = time.perf_counter() - wall0
+    return wall, _cpu(group.pids) - cpu0, group
+
+
+def test_eight_ranks_cost_about_eight_single_rank_calls(capsys: Any) -> None:
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    start_wall, start_cpu, eight = _start_cost(8)
+    with eight, RankGroup(1) as one:
+        _call(eight)
+        _call(one)                         # warm both: the first call imports the work
+        wall8, cpu8 = _measure(eight, lambda: _call(eight))
+        wall1, cpu1 = _measure(one, lambda: [_call(one) for _ in range(8)])
+        assert eight.starts == one.starts == 1
+    torch_cpu = statistics.median(_torch_import_cpu() for _ in range(3))
+    MEDIANS.update({"ranks:8-call:cpu": cpu8, "ranks:8x1-calls:cpu": cpu1,
+                    "ranks:start8:cpu": start_cpu, "ranks:torch-import:cpu": torch_cpu})
+    lines = [
+        f"ranks: one 8-rank call {wall8 * 1e3:.1f} ms wall / {cpu8 * 1e3:.1f} ms CPU; "
+        f"8 single-rank calls {wall1 * 1e3:.1f} ms / {cpu1 * 1e3:.1f} ms; "
+        f"CPU ratio {cpu8 / cpu1:.2f}x (target about 1x), wall {wall8 / wall1:.2f}x",
+        f"ranks: start-up of 8 ranks {start_wall * 1e3:.0f} ms wall / {start_cpu * 1e3:.0f} ms "
+        f"CPU = {start_cpu / cpu8:.1f} warm 8-rank calls; 8 fresh torch imports would cost "
+        f"{8 * torch_cpu * 1e3:.0f} ms CPU ({8 * torch_cpu / start_cpu:.1f}x the start-up); "
+        f"load average {os.getloadavg()[0]:.1f}"]
+    with capsys.disabled():
+        print("\n" + "\n".join(lines))
