@@ -160,9 +160,8 @@ class RankGroup:
             return None
         message = _receive(rank)
         if message is None and exited(rank.process, _GRACE_S):
-            why = death_reason(rank.process.exitcode, timed_out=False, limits=Limits())
-            return FAILED, why
-        return message if message is not None else None
+            return FAILED, death_reason(rank.process.exitcode, timed_out=False, limits=Limits())
+        return message
 
     def _fail_start(self, text: str) -> None:
         self.close(kill=True)

@@ -6,10 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FAILED_KINDS", "RankOutcome", "died", "stopped"]
-
-# every kind but "returned": the rank did not finish its part
-FAILED_KINDS = ("raised", "exited", "killed", "hung", "stopped")
+__all__ = ["RankOutcome", "died", "stopped"]
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any
 import psutil  # type: ignore[import-untyped]
 import pytest
 
-from kvreg.harness.ranks import RankGroup
+from kvreg.harness.ranks import RankGroup, RankStartError, rank_process
 from kvreg.harness.ranks.environment import omp_threads
 
 pytest.importorskip("torch.distributed")
@@ -176,3 +176,31 @@ def test_every_rank_runs_with_those_threads(env: dict[str, str], children: None)
     assert expected is not None
     assert [o.value for o in outcomes] == [int(expected)] * 2
     assert [o.value for o in variables] == [expected] * 2
+
+
+def _refuse_to_join(setup: Any) -> None:
+    if setup.rank == 1:
+        raise RuntimeError("no store")
+
+
+def _die_while_joining(setup: Any) -> None:
+    if setup.rank == 1:
+        os._exit(3)
+    _JOIN(setup)
+
+
+_JOIN = rank_process._join
+
+
+@pytest.mark.parametrize(("join", "text"), [
+    (_refuse_to_join, "rank 1 could not join the process group: RuntimeError: no store"),
+    (_die_while_joining, "rank 1 could not join the process group: the implementation ended "
+                         "the process with os._exit(3)")])
+def test_a_rank_that_cannot_join_fails_the_start_and_leaves_nothing(
+        join: Any, text: str, monkeypatch: pytest.MonkeyPatch, children: None) -> None:
+    monkeypatch.setattr(rank_process, "_join", join)     # the forked ranks inherit it
+    group = RankGroup(3, start_timeout=CALL_S)
+    with pytest.raises(RankStartError) as caught:
+        group.run("rank_probes:noop", timeout=CALL_S)
+    assert str(caught.value) == text
+    assert group.pids == []
