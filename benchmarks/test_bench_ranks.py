@@ -58,6 +58,11 @@ def _call(group: RankGroup) -> None:
     assert all(o.ok for o in outcomes), [o.reason for o in outcomes]
 
 
+def _calls(group: RankGroup, count: int) -> None:
+    for _ in range(count):
+        _call(group)
+
+
 def _torch_import_cpu() -> float:
     """CPU seconds a fresh interpreter spends importing torch.distributed."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -83,7 +88,7 @@ def test_eight_ranks_cost_about_eight_single_rank_calls(capsys: Any) -> None:
         _call(eight)
         _call(one)                         # warm both: the first call imports the work
         wall8, cpu8 = _measure(eight, lambda: _call(eight))
-        wall1, cpu1 = _measure(one, lambda: [_call(one) for _ in range(8)])
+        wall1, cpu1 = _measure(one, lambda: _calls(one, 8))
         assert eight.starts == one.starts == 1
     torch_cpu = statistics.median(_torch_import_cpu() for _ in range(3))
     MEDIANS.update({"ranks:8-call:cpu": cpu8, "ranks:8x1-calls:cpu": cpu1,

@@ -161,7 +161,7 @@ class RankGroup:
         message = _receive(rank)
         if message is None and exited(rank.process, _GRACE_S):
             return FAILED, death_reason(rank.process.exitcode, timed_out=False, limits=Limits())
-        return message
+        return None if message is None else (str(message[0]), message[1])
 
     def _fail_start(self, text: str) -> None:
         self.close(kill=True)
