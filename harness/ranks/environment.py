@@ -11,7 +11,8 @@ gloo's default device binds the address the host name resolves to. So the store 
 socket kvreg bound to 127.0.0.1 (``master_listen_fd``), whose port is the free port (no race
 between choosing it and binding it), and gloo is pointed at the loopback interface
 (``GLOO_SOCKET_IFNAME`` [DOC: docs.pytorch.org/docs/stable/distributed.html, "Choosing the
-network interface to use"]); tests/ranks prove every socket a rank holds is on 127.0.0.1.
+network interface to use"]); tests/ranks prove every socket a rank holds is on 127.0.0.1
+(docs/ranks.md §1).
 
 Threads: with more than one process per node torchrun sets ``OMP_NUM_THREADS=1`` unless it is
 already set ("to avoid your system being overloaded" [DOC: torch/distributed/run.py, 2.13]);

@@ -12,7 +12,7 @@ when a worker fails [DOC: docs.pytorch.org/docs/stable/elastic/agent.html, "upon
 worker failures or unhealthiness, tears down all workers"], the ranks still running are then
 killed and reported ``stopped``; past the call's timeout every rank still running is killed
 and reported ``hung``. A group that lost a rank is torn down and started afresh by the next
-call: a gloo group cannot take a replacement member.
+call: a gloo group cannot take a replacement member (docs/ranks.md §2).
 """
 
 from __future__ import annotations
