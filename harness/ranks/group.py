@@ -186,7 +186,11 @@ class RankGroup:
         for index, rank in enumerate(self._ranks):
             with suppress(OSError, ValueError):   # it died since the start: its end is read below
                 rank.conn.send((fn, tuple(args[index])))
-        self._collect(outcomes, time.monotonic() + timeout, timeout)
+        try:
+            self._collect(outcomes, time.monotonic() + timeout, timeout)
+        except BaseException:       # Ctrl-C: a rank's late answer must not be the next call's
+            self.close(kill=True)
+            raise
         outcomes = _after_death(outcomes)
         if not all(o.kind in ("returned", "raised") and o.exc_type not in _LEAVING
                    for o in outcomes.values()):

@@ -204,3 +204,29 @@ def test_a_rank_that_cannot_join_fails_the_start_and_leaves_nothing(
         group.run("rank_probes:noop", timeout=CALL_S)
     assert str(caught.value) == text
     assert group.pids == []
+
+
+@pytest.mark.parametrize(("spec", "error"), [("rank_probes", "ValueError"),
+                                             ("rank_probes:absent", "AttributeError"),
+                                             ("kvreg_no_such_module:f", "ModuleNotFoundError")])
+def test_a_function_that_cannot_be_found_is_raised_in_every_rank(spec: str, error: str,
+                                                                 children: None) -> None:
+    with RankGroup(1) as group:
+        outcomes = group.run(spec, timeout=CALL_S)
+    assert _kinds(outcomes) == [(0, "raised")]
+    assert outcomes[0].exc_type == error
+
+
+def test_an_interrupted_call_leaves_no_answer_for_the_next(monkeypatch: pytest.MonkeyPatch,
+                                                           children: None) -> None:
+    def interrupted(*args: Any) -> None:
+        raise KeyboardInterrupt
+    with RankGroup(2) as group:
+        group.start()
+        monkeypatch.setattr(group, "_collect", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            group.run("rank_probes:pid", timeout=CALL_S)
+        assert group.pids == []
+        monkeypatch.undo()
+        outcomes = group.run("rank_probes:pid", timeout=CALL_S)
+        assert [o.value for o in outcomes] == group.pids and group.starts == 2
