@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import signal
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -140,6 +141,34 @@ def test_every_socket_of_every_rank_is_on_loopback(children: None) -> None:
         # the check catches a socket on every interface
         group.run("rank_probes:listen_everywhere", timeout=CALL_S)
         assert all("0.0.0.0" in " ".join(_off_loopback(p)) for p in group.pids)
+
+
+def _join_by_port(setup: Any) -> None:
+    """A broken join: the store opened by port, as most launch code does."""
+    import datetime
+
+    import torch.distributed as dist
+
+    if setup.listen_fd is not None:
+        os.close(setup.listen_fd)
+    for _ in range(1000):     # until the caller has closed its copy of the port's socket
+        try:
+            store = dist.TCPStore(  # type: ignore[attr-defined]
+                "127.0.0.1", setup.port, setup.world_size, setup.rank == 0,
+                datetime.timedelta(seconds=CALL_S))
+            break
+        except RuntimeError:
+            time.sleep(0.01)
+    dist.init_process_group("gloo", store=store, rank=setup.rank, world_size=setup.world_size)
+
+
+def test_the_loopback_check_catches_a_store_opened_by_port(monkeypatch: pytest.MonkeyPatch,
+                                                           children: None) -> None:
+    monkeypatch.setattr(rank_process, "_join", _join_by_port)   # the forked ranks inherit it
+    with RankGroup(2) as group:
+        assert all(o.ok for o in group.run("rank_probes:agree_min", [(1,)] * 2,
+                                           timeout=CALL_S))
+        assert any(line.startswith("addr(ip='::'") for line in _off_loopback(group.pids[0]))
 
 
 def test_the_configuration_environment_reaches_every_rank(children: None) -> None:
