@@ -84,7 +84,8 @@ def test_eight_ranks_cost_about_eight_single_rank_calls(capsys: Any) -> None:
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
     start_wall, start_cpu, eight = _start_cost(8)
-    with eight, RankGroup(1) as one:
+    # the same one intra-op thread per process as the ranks (harness/ranks/environment.py)
+    with eight, RankGroup(1, env={"OMP_NUM_THREADS": "1"}) as one:
         _call(eight)
         _call(one)                         # warm both: the first call imports the work
         wall8, cpu8 = _measure(eight, lambda: _call(eight))
