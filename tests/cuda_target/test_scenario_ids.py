@@ -25,7 +25,7 @@ from kvreg.harness.run.result import ScenarioResult, Violation
 from kvreg.harness.scenario.format import Scenario, bundled_root, load_file, load_paths
 from kvreg.harness.scenario.ids import file_id, project_root
 
-from .conftest import REPO, impl_spec
+from ..helpers.paths import REPO, impl_spec
 
 POOL = '''format = 1
 [pool]

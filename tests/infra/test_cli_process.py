@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ..cli_process import kvreg_argv0, run_kvreg_process
+from ..helpers.cli_process import kvreg_argv0, run_kvreg_process
 
 REPO = Path(__file__).resolve().parents[2]
 IMPLS = REPO / "tests" / "cuda_target" / "impls"
