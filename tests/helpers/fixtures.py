@@ -20,7 +20,8 @@ from .report_schema import check_report
 @pytest.fixture(scope="session")
 def catalog() -> list[Scenario]:
     """The bundled catalog, loaded once per worker."""
-    return load_paths()
+    scenarios: list[Scenario] = load_paths()
+    return scenarios
 
 
 @pytest.fixture(scope="session")
