@@ -77,6 +77,12 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
                      f"{MEDIANS['plan_1e12_rss_mb']:.0f} MB (target < 100 MB)")
     for impl in ("reference", "sglang_upstream"):
         lines.extend(_catalog_lines(impl))
+    if "gc:kvreg:cpu_s" in MEDIANS:
+        lines.append("bundled catalog at -j 1, worker collector settings / Python's own, CPU "
+                     f"medians: run {MEDIANS['gc:kvreg:cpu_s'] / MEDIANS['gc:plain:cpu_s']:.2f}x "
+                     f"({MEDIANS['gc:kvreg:cpu_s']:.2f} s / {MEDIANS['gc:plain:cpu_s']:.2f} s), "
+                     f"whole process {MEDIANS['gc:kvreg:process_cpu_s']:.2f} s / "
+                     f"{MEDIANS['gc:plain:process_cpu_s']:.2f} s")
     if lines:
         terminalreporter.section("kvreg performance ratios")
         for line in lines:
