@@ -6,9 +6,7 @@ supervision: serially in this process, or with ``--jobs 2`` in a ``ProcessPoolEx
 of this process and its workers are measured from after the catalog is loaded
 (``process_cpu_s``: from the interpreter's start, torch's import and the catalog's load
 included, what ``kvreg run`` costs as a whole). ``--impl`` (with ``--style``) measures an
-implementation of the user's instead of kvreg's reference; ``--plain-gc`` runs the scenarios
-under Python's own collector settings (harness/run/worker.py: ``SCENARIO_GEN0``), to measure
-what kvreg's pay.
+implementation of the user's instead of kvreg's reference.
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ import resource
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from kvreg.harness.run import worker
 from kvreg.harness.run.core import run_scenario
 from kvreg.harness.run.implementation import Implementation, make_implementation
 from kvreg.harness.run.limits import Limits
@@ -45,10 +42,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--impl", default=None)
     parser.add_argument("--style", default=None)
-    parser.add_argument("--plain-gc", action="store_true")
     args = parser.parse_args()
-    if args.plain_gc:
-        worker.SCENARIO_GEN0 = None
     scenarios = load_paths()
     impl = make_implementation(args.impl, None, args.style)
     import torch.cuda  # noqa: F401  (both modes pay torch's import before the clock starts)
@@ -66,8 +60,8 @@ def main() -> None:
         results = [run_in_process(s, impl, "fake", Limits()) for s in scenarios]
     wall, cpu = time.perf_counter() - t0, _cpu() - c0
     verdicts = [r.verdict for r in results]
-    print(json.dumps({"mode": args.mode, "jobs": args.jobs, "plain_gc": args.plain_gc,
-                      "wall_s": wall, "cpu_s": cpu, "process_cpu_s": _cpu(),
+    print(json.dumps({"mode": args.mode, "jobs": args.jobs, "wall_s": wall, "cpu_s": cpu,
+                      "process_cpu_s": _cpu(),
                       "total": len(results), "passed": verdicts.count("pass"),
                       "verdicts": verdicts, "workers": workers}))
 

@@ -54,27 +54,8 @@ def test_catalog_isolated_vs_in_process(benchmark: Any, impl: str) -> None:
     for (mode, jobs), runs in samples.items():
         if impl == "reference":
             assert all(r["passed"] == r["total"] for r in runs)
-        for key in ("wall_s", "cpu_s"):
+        for key in ("wall_s", "cpu_s", "process_cpu_s"):
             values = sorted(r[key] for r in runs)
             MEDIANS[f"catalog:{impl}:{mode}:j{jobs}:{key}:median"] = values[len(values) // 2]
             MEDIANS[f"catalog:{impl}:{mode}:j{jobs}:{key}:best"] = values[0]
         MEDIANS[f"catalog:{impl}:{mode}:j{jobs}:workers"] = runs[0]["workers"]
-
-
-def test_catalog_scenario_gc(benchmark: Any) -> None:
-    """What the worker's collector settings pay (harness/run/worker.py: ``SCENARIO_GEN0``):
-    the catalog against the reference at ``-j 1`` with them and under Python's own, in
-    alternation, CPU time from the interpreter's start (``process_cpu_s``) and of the run."""
-    samples: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
-
-    def one_round() -> None:
-        for plain in (False, True):
-            samples[plain].append(_run("isolated", 1, ["--plain-gc"] if plain else []))
-
-    benchmark.pedantic(one_round, rounds=3, iterations=1)
-    verdicts = {tuple(r["verdicts"]) for runs in samples.values() for r in runs}
-    assert len(verdicts) == 1, "the collector's settings changed a verdict"
-    for plain, runs in samples.items():
-        for key in ("cpu_s", "process_cpu_s"):
-            values = sorted(r[key] for r in runs)
-            MEDIANS[f"gc:{'plain' if plain else 'kvreg'}:{key}"] = values[len(values) // 2]

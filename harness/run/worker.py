@@ -17,13 +17,10 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
-import gc
 import os
 import resource
 import signal
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
@@ -48,20 +45,11 @@ from .target import ProcessConfig
 if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
 
-__all__ = ["DECLINED", "READY", "SCENARIO_GEN0", "Reconfigure", "ended_by", "run_in_process",
-           "scenario_gc", "settle_gc", "worker_main"]
+__all__ = ["DECLINED", "READY", "Reconfigure", "ended_by", "run_in_process", "worker_main"]
 
 _PR_SET_PDEATHSIG = 1
 READY = "kvreg-worker-ready"   # what a worker sends once it can take scenarios
 DECLINED = "kvreg-worker-declined"   # another configuration is another deployment here
-# the collector's first-generation threshold while a scenario runs (None: Python's own, 700).
-# A scenario allocates tens of thousands of short-lived objects (trace records, fake state);
-# at 700 the collector ran hundreds of times per catalog, walking the fakes' live state each
-# time. Measured on the bundled catalog (benchmarks/catalog_modes.py --plain-gc): a worker's
-# CPU time down by about a tenth. Cycles are still collected, later; a buffer mapping kept
-# alive by one is unmapped by the fakes' own collection once such mappings add up
-# (fakes/reserved.py).
-SCENARIO_GEN0: int | None = 50_000
 
 
 @dataclass(frozen=True)
@@ -108,31 +96,6 @@ def _die_with_parent() -> None:
         return
     if os.getppid() != parent:      # the supervisor died before the request took effect
         os._exit(1)
-
-
-def settle_gc() -> None:
-    """Collect once, then move every object this process holds now out of the collector's
-    reach (``gc.freeze``): what the preparation imported lives as long as the process, and
-    walking it again in each full collection is pure cost."""
-    if SCENARIO_GEN0 is None:
-        return
-    gc.collect()
-    gc.freeze()
-
-
-@contextmanager
-def scenario_gc() -> Iterator[None]:
-    """:data:`SCENARIO_GEN0` as the first-generation threshold for the block (one scenario),
-    the threshold it had before again after it."""
-    if SCENARIO_GEN0 is None:
-        yield
-        return
-    old = gc.get_threshold()
-    gc.set_threshold(SCENARIO_GEN0, old[1], old[2])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)
 
 
 def ended_by(exc: BaseException, sc: Scenario, progress: Progress,
@@ -192,7 +155,6 @@ def worker_main(conn: Connection, block: Any, impl: Implementation, backend: Any
     refusal = None
     if config is not None:
         impl, refusal = _prepared(impl, config)
-    settle_gc()
     try:
         conn.send(READY)   # the preparation is not the first scenario's time
     except (OSError, ValueError):
@@ -227,8 +189,7 @@ def worker_main(conn: Connection, block: Any, impl: Implementation, backend: Any
         try:
             _limit_memory(limits.memory)
             try:
-                with scenario_gc():
-                    result = run_scenario(sc, impl, backend=backend, progress=progress)
+                result = run_scenario(sc, impl, backend=backend, progress=progress)
             finally:
                 _unlimit_memory()
         except BaseException as exc:
@@ -255,9 +216,8 @@ def run_in_process(sc: Scenario, impl: Implementation, backend: Any,
     PROCESS.carry = True   # one process for every scenario, as a worker is
     progress = Progress()
     try:
-        with scenario_gc():
-            return run_scenario(sc, impl, backend=backend, progress=progress,
-                                timeout=limits.timeout)
+        return run_scenario(sc, impl, backend=backend, progress=progress,
+                            timeout=limits.timeout)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
