@@ -46,9 +46,9 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invaria
 from kvreg.fakes.cuda.fake_cuda import FakeCuda
 from kvreg.harness.cuda import reference
 from kvreg.harness.cuda.checks import REGISTER_APIS, UNREGISTER_APIS
+from kvreg.harness.cuda.styles import SELF_REACHING
 from kvreg.harness.mooncake import reference as mooncake_reference
 from kvreg.harness.run.contract import contract_of
-from kvreg.harness.run.style_names import SELF_REACHING
 
 __all__ = ["RegistrationMachine"]
 

@@ -35,7 +35,7 @@ from kvreg.harness.run.limits import (
     parse_timeout,
 )
 from kvreg.harness.run.result import INTERNAL_ERROR, REPORT_REQUEST, ScenarioResult
-from kvreg.harness.run.style_names import USER_STYLES
+from kvreg.harness.run.targets import user_styles
 from kvreg.harness.scenario.format import Scenario, ScenarioError, bundled_root, load_paths
 
 from .arguments import UsageError, positive_int
@@ -63,7 +63,7 @@ def add_parsers(sub: Any) -> None:
     run.add_argument("--impl", metavar="SPEC", help="file.py:function or package.module:function")
     run.add_argument("--teardown", metavar="SPEC", help="teardown function (default: "
                                                         "'teardown' next to --impl)")
-    run.add_argument("--style", choices=USER_STYLES,
+    run.add_argument("--style", choices=user_styles(),
                      help="implementation style (default sglang)")
     run.add_argument("--backend", choices=["fake", "cuda"], default="fake")
     run.add_argument("--pinning", choices=["required", "optional"],

@@ -18,7 +18,6 @@ from kvreg.harness.plan.chunking import reference_unit
 from kvreg.harness.pools import BufferSpec
 from kvreg.harness.pools.base import ExtentFamily
 from kvreg.harness.run.contract import Contract, StyleContract
-from kvreg.harness.run.style_names import SELF_REACHING
 
 from . import reference
 from .reference import ENV_CHUNK_GB
@@ -26,9 +25,12 @@ from .reference import ENV_CHUNK_GB
 if TYPE_CHECKING:
     from kvreg.harness.run.implementation import Implementation, StyleCall
 
-__all__ = ["STYLE_CALLS", "STYLE_CONTRACTS", "check_limit", "granularity", "register", "teardown"]
+__all__ = ["SELF_REACHING", "STYLE_CALLS", "STYLE_CONTRACTS", "check_limit", "granularity",
+           "register", "teardown"]
 
 GiB = 1 << 30
+# styles whose code reaches CUDA by itself: register(ptr, nbytes, ...) / teardown(ranges)
+SELF_REACHING = ("ctypes", "driver")
 _P = None
 # how each style this target runs calls the two functions (implementation.StyleCall)
 STYLE_CALLS: dict[str, tuple[StyleCall, StyleCall]] = {

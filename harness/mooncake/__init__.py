@@ -5,3 +5,6 @@ The files every target has: ``target`` (the Target), ``options`` (the ``mooncake
 ``styles``, ``transfers`` (pages through the store), ``selection`` and ``checks``; and ``pd``
 (prefill -> decode RDMA writes).
 """
+
+# the implementation styles this target runs (import-light: see harness/cuda/__init__.py)
+STYLES = ("mooncake",)

@@ -41,7 +41,8 @@ def _mooncake_text(contract: Contract) -> str:
 STYLE_CONTRACTS: dict[str, StyleContract] = {
     "mooncake": StyleContract(keywords=("max_mr_size", "granularity"), limit_word="MR-limit",
                               refused="an object stride above the MR limit", limit_rule=False,
-                              none_default_gets_value=True, register_text=_mooncake_text),
+                              none_default_gets_value=True, register_text=_mooncake_text,
+                              closes="a Mooncake store"),
 }
 
 

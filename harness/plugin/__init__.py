@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from kvreg.harness.run.style_names import USER_STYLES
+from kvreg.harness.run.targets import user_styles
 
 from .pool_class import MARKERS as POOL_MARKERS
 from .pool_class import kvreg_host_memory, kvreg_pool_check
@@ -74,7 +74,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="implementation under test: file.py:function or package.module:function")
     group.addoption("--kvreg-teardown", default=None, metavar="SPEC",
                     help="its teardown (default: 'teardown' next to --kvreg-impl)")
-    group.addoption("--kvreg-style", default=None, choices=USER_STYLES,
+    group.addoption("--kvreg-style", default=None, choices=user_styles(),
                     help="implementation style (default sglang)")
     group.addoption("--kvreg-backend", default=None, choices=["fake", "cuda"],
                     help="backend scenarios run on (default fake)")
@@ -92,7 +92,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("kvreg_impl", "implementation under test (SPEC)", default="")
     parser.addini("kvreg_teardown", "teardown of the implementation under test (SPEC)",
                   default="")
-    parser.addini("kvreg_style", f"implementation style: {', '.join(USER_STYLES)} (default "
+    parser.addini("kvreg_style", f"implementation style: {', '.join(user_styles())} (default "
                   "sglang)", default="")
     parser.addini("kvreg_backend", "backend for scenarios: fake or cuda", default="fake")
     parser.addini("kvreg_pinning", "pinning for every scenario: required or optional "

@@ -75,6 +75,9 @@ class StyleContract:
     none_default_gets_value: bool = False
     # whether the style promises a repeatable teardown by itself
     repeatable: bool = False
+    # what ``--teardown close`` closes where the style's teardown may be closing it (None: the
+    # style has no such teardown)
+    closes: str | None = None
     # whether its limit binds only where a granularity is passed (SGLang's G None)
     limit_with_granularity_only: bool = False
     # the contract line's register part, or None for the plain one

@@ -31,8 +31,7 @@ from typing import Any
 
 from .contract import ABSENT, Contract, contract_of, declared_repeatable
 from .process import EnvRead, import_scope, installed, watching_env
-from .style_names import CLOSING_STYLE, STYLES, USER_STYLES
-from .targets import TARGETS, get_target
+from .targets import REFERENCE_STYLE, TARGETS, get_target, style_contract, user_styles
 
 __all__ = ["Implementation", "ImplementationError", "check_signature",
            "load_callable", "make_implementation", "style_calls"]
@@ -53,6 +52,18 @@ def style_calls() -> dict[str, tuple[StyleCall, StyleCall]]:
     for name in TARGETS:
         calls.update(get_target(name).style_calls)
     return calls
+
+
+def _check_closes(style: str, o_style: str, o_teardown: str) -> None:
+    """``--teardown close`` only for a style whose teardown may be closing what it
+    registered through (StyleContract.closes)."""
+    if (declared := style_contract(style)) is not None and declared.closes:
+        return
+    closers = [(s, c.closes) for s in user_styles()
+               if (c := style_contract(s)) is not None and c.closes]
+    what = " or ".join(sorted({str(c) for _, c in closers})) or "a store"
+    raise ImplementationError(f"{o_teardown} close closes {what}: it needs {o_style} "
+                              + " or ".join(s for s, _ in closers))
 
 
 def check_signature(fn: Callable[..., Any], style: str, role: int, option: str,
@@ -195,19 +206,18 @@ def make_implementation(impl: str | None = None, teardown: str | None = None,
     if impl is None:
         if teardown is not None:
             raise ImplementationError(f"{o_teardown} needs {o_impl}")
-        if style not in (None, "reference"):
+        if style not in (None, REFERENCE_STYLE):
             raise ImplementationError(f"{o_style} {style} needs {o_impl}")
-        return Implementation("reference", "kvreg reference")
+        return Implementation(REFERENCE_STYLE, "kvreg reference")
     style = style or "sglang"
-    if style not in STYLES or style == "reference":
-        raise ImplementationError(f"{o_style} must be one of {', '.join(USER_STYLES)}; "
+    if style not in user_styles():
+        raise ImplementationError(f"{o_style} must be one of {', '.join(user_styles())}; "
                                   f"got {style!r}")
     before = set(sys.modules)
     with watching_env() as reads, import_scope():
         register_fn = load_callable(impl, base, o_impl)
-        if teardown == "close" and style != CLOSING_STYLE:
-            raise ImplementationError(f"{o_teardown} close closes a Mooncake store: it needs "
-                                      f"{o_style} {CLOSING_STYLE}")
+        if teardown == "close":
+            _check_closes(style, o_style, o_teardown)
         check_signature(register_fn, style, 0, o_impl, impl)
         teardown_fn = None
         if teardown != "close":

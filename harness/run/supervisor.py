@@ -20,6 +20,7 @@ worker.
 from __future__ import annotations
 
 import gc
+import importlib
 import multiprocessing
 import signal
 import time
@@ -95,12 +96,20 @@ def death_reason(exitcode: int | None, *, timed_out: bool, limits: Limits) -> st
                                                                           if text else "")
 
 
+# what every run imports: torch (for ``torch.cuda.cudart``), and the parts of numpy the copy
+# checks load on first use (the page selection's generator; ``np.unique`` imports numpy.ma):
+# about a tenth of a second per worker otherwise, paid again by each worker of a run that
+# starts one per process configuration
+_PRELOAD = ("torch.cuda", "numpy.random", "numpy.ma")
+
+
 def preload() -> None:
-    """Import in the supervisor what every run imports (torch, for ``torch.cuda.cudart``),
-    so that a forked worker, first or replacement, starts ready instead of importing it
-    inside its first scenario's time limit."""
-    with suppress(ImportError):
-        import torch.cuda  # noqa: F401
+    """Import in the supervisor what every run imports (:data:`_PRELOAD`), so that a forked
+    worker, first or replacement, starts ready instead of importing it inside its first
+    scenario's time limit."""
+    for name in _PRELOAD:
+        with suppress(ImportError):
+            importlib.import_module(name)
 
 
 class Supervisor:

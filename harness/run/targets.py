@@ -19,14 +19,16 @@ if TYPE_CHECKING:
     from .contract import StyleContract
     from .target import Target
 
-__all__ = ["DEFAULT_TARGET", "TARGETS", "default_configs", "get_target", "option_tables",
-           "style_contract", "watched_env"]
+__all__ = ["DEFAULT_TARGET", "REFERENCE_STYLE", "TARGETS", "default_configs", "get_target",
+           "option_tables", "style_contract", "user_styles", "watched_env"]
 
 # name -> module whose TARGET attribute is the target object
 TARGETS: dict[str, str] = {
     "cuda": "kvreg.harness.cuda.target",
     "mooncake": "kvreg.harness.mooncake.target",
 }
+# kvreg's own registration, which every target has (its reference.py)
+REFERENCE_STYLE = "reference"
 # the target of a scenario that names none
 DEFAULT_TARGET = "cuda"
 
@@ -72,6 +74,18 @@ def option_tables() -> dict[str, str]:
         if key is not None:
             tables[key] = name
     return tables
+
+
+def user_styles() -> tuple[str, ...]:
+    """Every style an implementation under test can take, in registry order: each room's
+    ``STYLES`` (its package, which imports nothing, so the CLI's and the plugin's choices
+    cost no target import)."""
+    found: dict[str, None] = {}
+    for module in TARGETS.values():
+        room = importlib.import_module(module.rsplit(".", 1)[0])
+        # a target that runs only its reference declares none
+        found.update(dict.fromkeys(cast("tuple[str, ...]", getattr(room, "STYLES", ()))))
+    return tuple(found)
 
 
 def style_contract(style: str) -> StyleContract | None:

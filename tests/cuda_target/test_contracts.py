@@ -13,7 +13,6 @@ ctypes); each broken twin still fails.
 
 from __future__ import annotations
 
-import json
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,8 @@ from kvreg.harness.run.contract import ABSENT, DECLARED, NONE, contract_of
 from kvreg.harness.run.core import run_scenario
 from kvreg.harness.run.implementation import Implementation, make_implementation
 from kvreg.harness.scenario import Scenario
+
+from ..helpers.kvreg_cli import run_json
 
 MLA = "mla/page_first_direct"
 NO_CONTRACT = "the implementation declares no chunk-limit contract"
@@ -214,13 +215,11 @@ def test_kvreg_run_says_the_contract_once(kvreg_cli: Any, spec_of: Any) -> None:
                "declares no repeatable-teardown contract" in line for line in lines)
     assert any(line.startswith(f"{MLA}/granularity-above-limit") and "SKIP" in line and
                NO_CONTRACT in line for line in lines)
-    proc = kvreg_cli("run", "-k", f"{MLA}/below-limit", "--json", "-")
-    contract = json.loads(proc.stdout)["contract"]
+    contract = run_json("-k", f"{MLA}/below-limit").doc["contract"]
     assert contract["style"] == "reference" and contract["rules"] == [
         "chunk-over-limit", "not-rejected", "rejected-too-late", "rejected-wrong-error"]
-    proc = kvreg_cli("run", "--style", "ctypes", "--impl", spec_of("ctypes_one_call"),
-                     "-k", f"{MLA}/below-limit", "--json", "-")
-    contract = json.loads(proc.stdout)["contract"]
+    contract = run_json("--style", "ctypes", "--impl", spec_of("ctypes_one_call"),
+                        "-k", f"{MLA}/below-limit").doc["contract"]
     assert contract["keywords"] == {"chunk_limit": "absent", "granularity": "none"}
     assert contract["rules"] == [] and contract["register"] == \
         "register(ptr, nbytes, *, granularity=None)"

@@ -8,7 +8,6 @@ cleanly) pass, and the report says what they recovered from.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,8 @@ from kvreg.harness.run.core import run_scenario
 from kvreg.harness.run.implementation import make_implementation
 from kvreg.harness.run.result import ScenarioResult
 from kvreg.harness.scenario import load_file
+
+from ..helpers.kvreg_cli import run_json
 
 MLA = "mla/page_first_direct"
 REGRESSION = "regressions/cuda_error_path_type_error"
@@ -350,11 +351,10 @@ def test_cli_pinning_option(kvreg_cli, spec_of) -> None:
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
 
 
-def test_json_always_has_warnings(kvreg_cli, tmp_path: Path) -> None:
-    out = tmp_path / "r.json"
-    proc = kvreg_cli("run", "-k", "mla/page_first_direct/fail-", "--json", str(out))
-    assert proc.returncode == 0
-    doc = json.loads(out.read_text())
+def test_json_always_has_warnings() -> None:
+    run = run_json("-k", "mla/page_first_direct/fail-", to_file=True)
+    assert run.returncode == 0
+    doc = run.doc
     assert all(isinstance(s["warnings"], list) for s in doc["scenarios"])
     assert any(s["warnings"] for s in doc["scenarios"])
 

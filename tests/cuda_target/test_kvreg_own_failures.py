@@ -19,7 +19,7 @@ from kvreg.harness.run.implementation import make_implementation
 from kvreg.harness.run.result import ScenarioResult
 from kvreg.harness.scenario import Scenario, load_paths
 
-from .conftest import impl_spec
+from ..helpers.paths import impl_spec
 
 MHA = "mha/page_first_direct"
 BELOW = f"{MHA}/below-limit"

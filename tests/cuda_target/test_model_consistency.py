@@ -28,7 +28,7 @@ from kvreg.harness.run.target import SkipScenario
 from kvreg.harness.run.targets import get_target
 from kvreg.harness.scenario import Scenario, ScenarioError, load_file
 
-from .conftest import IMPLS
+from ..helpers.paths import CUDA_IMPLS
 
 BATCH = "the batch copy of that page spans two registrations"
 RUN = ("io_backend \"direct\" copies runs of consecutive pages of a layer with one "
@@ -42,7 +42,7 @@ IMPLEMENTATIONS = ("reference", "sglang_upstream", "byte_offset_seams",
 def _impl(name: str) -> Implementation:
     if name == "reference":
         return make_implementation()
-    path = IMPLS / f"{name}.py"
+    path = CUDA_IMPLS / f"{name}.py"
     return make_implementation(f"{path}:register", f"{path}:teardown", "sglang")
 
 

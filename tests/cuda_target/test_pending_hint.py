@@ -7,12 +7,13 @@ instance; the message says "after register returned" only where register returne
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from kvreg.harness.run.causes import hints
 from kvreg.harness.run.endstate import UNDRAINABLE, Pending, check_error_pending, undrainable
 from kvreg.harness.run.result import ScenarioResult, Violation
+
+from ..helpers.kvreg_cli import run_json
 
 MLA = "mla/page_first_direct"
 
@@ -57,7 +58,7 @@ def test_kvreg_run_says_it_once_and_the_json_keeps_each(kvreg_cli: Any, spec_of:
     said = [line for line in table.splitlines()
             if "end with an error pending in torch's runtime" in line]
     assert len(said) == 1 and said[0].startswith("hint: ")
-    doc = json.loads(kvreg_cli(*args, "--json", "-").stdout)
+    doc = run_json(*args[1:]).doc
     each = {s["id"]: w["message"] for s in doc["scenarios"] for w in s["warnings"]
             if w["rule"] == "error-pending"}
     assert said[0].startswith(f"hint: {len(each)} scenario(s) ") and len(each) >= 2

@@ -12,7 +12,7 @@ from kvreg.harness.run.core import run_scenario
 from kvreg.harness.run.implementation import make_implementation
 from kvreg.harness.scenario import Scenario
 
-from .conftest import IMPLS, impl_spec
+from ..helpers.paths import CUDA_IMPLS, impl_spec
 
 FAIL_MIDDLE = "mla/page_first_direct/fail-middle-chunk"
 TEARDOWN_FAULT = "mha/unregister_faults/teardown-second-unregister-fails"
@@ -20,7 +20,7 @@ LIBRARY_LINE = 'return RuntimeError(what + " failed with error " + rc)   # type:
 
 
 def _library_where() -> str:
-    path = IMPLS / "pinlib" / "common.py"
+    path = CUDA_IMPLS / "pinlib" / "common.py"
     line = path.read_text().splitlines().index("        " + LIBRARY_LINE) + 1
     return f"{path}:{line}"
 

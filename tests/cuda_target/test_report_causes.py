@@ -9,9 +9,7 @@ spec/cuda-runtime.md §7). ``where`` is measured in the worker process that ran 
 
 from __future__ import annotations
 
-import json
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,8 @@ import pytest
 from kvreg.harness.run.causes import causes, dedupe, hints
 from kvreg.harness.run.result import ScenarioResult, Violation, whole_message
 
-from .conftest import IMPLS, check_report, impl_spec, run_kvreg
+from ..helpers.kvreg_cli import run_json, run_kvreg
+from ..helpers.paths import CUDA_IMPLS, impl_spec
 
 MLA = "mla/page_first_direct"
 HEAD = re.compile(r" +(\d+) scenario\(s\)  \[([a-z-]+)\]  (.+?):(\d+): (.+)")
@@ -31,22 +30,18 @@ def _source(path: str, line: int) -> str:
 
 
 def _run(*args: str) -> tuple[dict[str, Any], list[str]]:
-    """``kvreg run ARGS --json FILE``: the report (the file) and the table (stdout) of one
-    run."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "report.json"
-        proc = run_kvreg("run", "-j", "2", *args, "--json", str(out))
-        assert "Traceback" not in proc.stderr, proc.stderr
-        doc = json.loads(out.read_text())
-    check_report(doc)         # every failing scenario appears under at least one cause
-    return doc, proc.stdout.splitlines()
+    """``kvreg run -j 2 ARGS --json FILE``: the report (the file) and the table (stdout) of
+    one run."""
+    run = run_json("-j", "2", *args, to_file=True)
+    run.scenarios()           # every failing scenario appears under at least one cause
+    return run.doc, run.stdout.splitlines()
 
 
 def test_sglang_error_path_leads_with_the_line_to_fix() -> None:
     """SGLang's current error path: the first cause is error-reported at line 50 of the
     file, the `cudaGetErrorString(int(rc))` call, with the count of every scenario that
     broke that rule there; the table's first lines say the same."""
-    path = str(IMPLS / "sglang_current_error_path.py")
+    path = str(CUDA_IMPLS / "sglang_current_error_path.py")
     doc, lines = _run("--impl", impl_spec("sglang_current_error_path"))
     line = next(i for i, text in enumerate(Path(path).read_text().splitlines(), 1)
                 if "errstr = cudart.cudaGetErrorString(int(rc))" in text)
@@ -91,7 +86,7 @@ def test_broken_implementations_name_their_line(impl: str, style: str, selection
     mine = [c for c in doc["causes"] if c["rule"] == rule]
     assert mine, doc["causes"]
     path, _, line = mine[0]["where"].rpartition(":")
-    assert Path(path).resolve() == (IMPLS / f"{impl}.py").resolve()
+    assert Path(path).resolve() == (CUDA_IMPLS / f"{impl}.py").resolve()
     assert mine[0]["code"] == _source(path, int(line)) and needle in mine[0]["code"]
     assert lines[0].startswith("causes (") and any(
         f"[{rule}]  {mine[0]['where']}: {mine[0]['code']}" in x for x in lines[1:])
@@ -113,10 +108,10 @@ def test_a_helper_module_is_the_call_site_and_the_raise_names_the_impl(tmp_path:
         "def teardown(cudart, ranges):\n"
         "    for ptr, _ in ranges:\n"
         "        cudart.cudaHostUnregister(ptr)\n")
-    proc = run_kvreg("run", "--impl", str(tmp_path / "impl.py:register"), "--style", "generic",
-                     "-k", f"{MLA}/below-limit", "--json", "-")
-    doc = json.loads(proc.stdout)
-    check_report(doc)
+    run = run_json("--impl", str(tmp_path / "impl.py:register"), "--style", "generic",
+                   "-k", f"{MLA}/below-limit")
+    run.scenarios()
+    doc = run.doc
     where = {c["rule"]: (c["where"], c["code"]) for c in doc["causes"]}
     # one call past the end of the buffer: the helper's line is where the call is made
     assert where["range-outside-buffer"] == (f"{tmp_path / 'chunker.py'}:2",
@@ -138,7 +133,7 @@ def test_a_rollback_unregister_that_failed_under_a_swallowed_error_is_a_leak() -
                                       "returned 1 cudaErrorInvalidValue")
     assert leak["code"] == "cudart.cudaHostUnregister(ptr)"
     # the correct reference on the same scenario: no leak
-    ref = json.loads(run_kvreg("run", "-k", f"{MLA}/fail-during-rollback", "--json", "-").stdout)
+    ref = run_json("-k", f"{MLA}/fail-during-rollback").doc
     assert ref["scenarios"][0]["verdict"] == "pass"
 
 

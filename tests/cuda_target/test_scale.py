@@ -8,7 +8,6 @@ default page size at the scale of vllm #51080 (docs/pools.md §0, §1.1).
 
 from __future__ import annotations
 
-import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -22,6 +21,8 @@ from kvreg.harness.run.core import run_scenario
 from kvreg.harness.run.implementation import Implementation
 from kvreg.harness.scenario import ScenarioError, load_file
 from kvreg.harness.scenario.size_limits import ADDRESS_LIMIT, size_problem
+
+from ..helpers.kvreg_cli import run_json
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 POOL = '''format = 1
@@ -98,15 +99,16 @@ def test_a_34_billion_page_pool_that_fits_runs_and_passes(tmp_path: Path) -> Non
 
 
 def test_one_token_pages_at_4tib_name_the_first_page_a_byte_offset_seam_cuts(
-        tmp_path: Path, spec_of, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, spec_of) -> None:
     # 61 layers: a one-token page is 61 * 4 KiB, which does not divide 1 GiB, so the
     # pre-#36798 byte-offset seams cut pages (docs/pools.md §1.1, §5.2). Rows are page-major (K
     # then V of page 0, then page 1, ...), and the V half starts just below 2 TiB, so the
     # first row that fails is V of page 0, as a walk over every page would report.
     path = _file(tmp_path, layout="page_first")
     path.write_text(path.read_text().replace("layer_num = 64", "layer_num = 61"))
-    assert main(["run", str(path), "--impl", spec_of("byte_offset_seams"), "--json", "-"]) == 1
-    doc = json.loads(capsys.readouterr().out)
+    run = run_json(str(path), "--impl", spec_of("byte_offset_seams"))
+    assert run.returncode == 1
+    doc = run.doc
     (sc,) = doc["scenarios"]
     assert sc["verdict"] == "fail"
     page = 61 * 8 * 128 * 2

@@ -15,7 +15,6 @@ teardown with ``repeatable = True``; the keep-and-retry scenarios (``contract =
 
 from __future__ import annotations
 
-import json
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,8 @@ from kvreg.harness.run.contract import REPEATABLE_TEARDOWN, contract_of
 from kvreg.harness.run.core import run_scenario
 from kvreg.harness.run.implementation import ImplementationError, make_implementation
 from kvreg.harness.scenario import Scenario, ScenarioError, load_file
+
+from ..helpers.kvreg_cli import run_json
 
 MLA = "mla/page_first_direct"
 SKIP = ("the implementation declares no repeatable-teardown contract (teardown has no "
@@ -115,16 +116,13 @@ def test_once_only_teardown_is_called_once(load_impl: Any, by_id: dict[str, Scen
                for v in twin.violations)
 
 
-def test_once_only_teardown_passes_the_catalog(kvreg_cli: Any, report: Any, spec_of: Any,
-                                               catalog: list[Scenario]) -> None:
+def test_once_only_teardown_passes_the_catalog(spec_of: Any, catalog: list[Scenario]) -> None:
     """Every CUDA scenario passes but the keep-and-retry ones, which judge only the
     repeatable-teardown contract: skipped, saying so. kvreg's second round used to fail it
     in every scenario with a registration (292 of 582)."""
-    proc = kvreg_cli("run", "-j", "2", "--style", "ctypes", "--impl",
-                     spec_of("ctypes_teardown_once"), "--json", "-")
-    doc = json.loads(proc.stdout)
-    rc, scenarios, summary, contract = (proc.returncode, report(doc), doc["summary"],
-                                        doc["contract"])
+    run = run_json("-j", "2", "--style", "ctypes", "--impl", spec_of("ctypes_teardown_once"))
+    rc, scenarios, summary, contract = (run.returncode, run.scenarios(), run.doc["summary"],
+                                        run.doc["contract"])
     retry = {s.id for s in catalog if s.contract == REPEATABLE_TEARDOWN and s.target == "cuda"}
     assert len(retry) >= 30
     other_target = {s.id for s in catalog if s.target != "cuda"}

@@ -163,3 +163,17 @@ def test_the_process_layer_watches_its_variable_and_machine(third: Any, tmp_path
         pass
     assert [e for e in third.LOG if e[0] == "import"] == [("import", ("third-default",)),
                                                           ("import", ("third-machine", 3))]
+
+
+def test_its_styles_reach_the_choices_and_each_rooms_list_is_its_own(third: Any) -> None:
+    """The CLI's and the plugin's style choices are every room's ``STYLES`` (import-light),
+    so a target with styles of its own adds them in its room only; each room's list is the
+    styles its ``styles.py`` says how to call."""
+    from kvreg.harness.run.targets import get_target, user_styles
+
+    assert user_styles() == ("sglang", "generic", "ctypes", "driver", "mooncake")
+    third.STYLES = ("lanes",)
+    assert user_styles()[-1] == "lanes"
+    for name in ("cuda", "mooncake"):
+        room = __import__(f"kvreg.harness.{name}", fromlist=["STYLES"])
+        assert set(room.STYLES) == set(get_target(name).style_calls) - {"reference"}

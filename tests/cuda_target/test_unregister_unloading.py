@@ -10,7 +10,7 @@ from kvreg.harness.run.core import run_scenario
 from kvreg.harness.run.implementation import make_implementation
 from kvreg.harness.scenario import Scenario
 
-from .conftest import impl_spec
+from ..helpers.paths import impl_spec
 
 UNLOADING = "mha/unregister_faults/teardown-runtime-unloading"
 KEEP_AND_RETRY = "mha/unregister_faults/teardown-second-unregister-fails"

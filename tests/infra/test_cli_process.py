@@ -1,4 +1,4 @@
-"""The tests' forked ``kvreg`` command lines (tests/cli_process.py) answer as a real
+"""The tests' forked ``kvreg`` command lines (tests/helpers/cli_process.py) answer as a real
 ``kvreg`` process does: same exit status, stdout and stderr, for a pass, a failure with its
 causes, a usage error, and an implementation that cannot import; and no command leaves
 anything behind for the next (each child starts from the server's state)."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ..cli_process import kvreg_argv0, run_kvreg_process
+from ..helpers.cli_process import kvreg_argv0, run_kvreg_process
 
 REPO = Path(__file__).resolve().parents[2]
 IMPLS = REPO / "tests" / "cuda_target" / "impls"

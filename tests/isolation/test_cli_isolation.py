@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
-from .conftest import ONE_CHUNK, THREE_CHUNKS, impl_spec, run_cli, run_json, scenario_file
+from ..helpers.kvreg_cli import run_json, run_kvreg
+from ..helpers.paths import isolation_spec
+from ..helpers.scenario_text import ONE_CHUNK, THREE_CHUNKS, scenario_file
 
 AFTER_TWO = "during register of kv_buffer, after 2 cudaHostRegister calls"
 AFTER_ONE = "during register of kv_buffer, after 1 cudaHostRegister call"
@@ -57,8 +59,8 @@ def test_an_ended_run_is_an_error_that_says_how_far_it_got(tmp_path: Path, funct
                                                             options: tuple[str, ...],
                                                             what: str) -> None:
     scenario_file(tmp_path, THREE_CHUNKS, ONE_CHUNK)
-    rc, doc, stderr = run_json(str(tmp_path), "--style", "generic", "--impl",
-                               impl_spec(function), "--teardown", impl_spec("teardown"),
+    rc, doc, _, stderr = run_json(str(tmp_path), "--style", "generic", "--impl",
+                               isolation_spec(function), "--teardown", isolation_spec("teardown"),
                                *options)
     assert rc == 1, stderr
     assert "Traceback" not in stderr
@@ -74,9 +76,9 @@ def test_an_endless_loop_of_runtime_calls_is_stopped_by_the_time_limit(tmp_path:
     """Slow enough never to spend the call budget: the time limit stops it, and the reason
     counts the calls the loop made after the two chunks."""
     scenario_file(tmp_path, THREE_CHUNKS)
-    rc, doc, _ = run_json(str(tmp_path), "--style", "generic", "--timeout", "1.5",
-                          "--impl", impl_spec("register_loops_calling"),
-                          "--teardown", impl_spec("teardown"))
+    rc, doc, _, _ = run_json(str(tmp_path), "--style", "generic", "--timeout", "1.5",
+                          "--impl", isolation_spec("register_loops_calling"),
+                          "--teardown", isolation_spec("teardown"))
     assert rc == 1
     (s,) = check_complete(doc).values()
     m = re.fullmatch(r"the implementation did not finish within the time limit of 1\.5 s "
@@ -90,13 +92,13 @@ def test_raise_and_return_are_judged_by_the_checks(tmp_path: Path) -> None:
     """An ordinary exception is the implementation's answer, judged as before (fail); the
     correct control passes: isolation changes no verdict of a run that completes."""
     scenario_file(tmp_path, THREE_CHUNKS, ONE_CHUNK)
-    common = (str(tmp_path), "--style", "generic", "--teardown", impl_spec("teardown"))
-    rc, doc, _ = run_json(*common, "--impl", impl_spec("register_raises"))
+    common = (str(tmp_path), "--style", "generic", "--teardown", isolation_spec("teardown"))
+    rc, doc, _, _ = run_json(*common, "--impl", isolation_spec("register_raises"))
     assert rc == 1
     by_id = check_complete(doc)
     assert {s["verdict"] for s in by_id.values()} == {"fail"}
     assert "gives up after two chunks" in by_id["pool/three-chunks"]["violations"][0]["message"]
-    rc, doc, _ = run_json(*common, "--impl", impl_spec("register"))
+    rc, doc, _, _ = run_json(*common, "--impl", isolation_spec("register"))
     assert rc == 0
     assert {s["verdict"] for s in check_complete(doc).values()} == {"pass"}
 
@@ -106,9 +108,9 @@ def test_a_dying_worker_with_two_jobs_is_replaced(tmp_path: Path) -> None:
     before and after it, passes (no BrokenProcessPool)."""
     small = [ONE_CHUNK.replace("one-chunk", f"small-{i}") for i in range(4)]
     scenario_file(tmp_path, small[0], small[1], THREE_CHUNKS, small[2], small[3])
-    rc, doc, stderr = run_json(str(tmp_path), "--style", "generic", "-j", "2",
-                               "--impl", impl_spec("register_dies_when_chunked"),
-                               "--teardown", impl_spec("teardown"))
+    rc, doc, _, stderr = run_json(str(tmp_path), "--style", "generic", "-j", "2",
+                               "--impl", isolation_spec("register_dies_when_chunked"),
+                               "--teardown", isolation_spec("teardown"))
     assert rc == 1 and "Traceback" not in stderr
     by_id = check_complete(doc)
     assert [s["id"] for s in doc["scenarios"]] == [
@@ -120,9 +122,9 @@ def test_a_dying_worker_with_two_jobs_is_replaced(tmp_path: Path) -> None:
 
 def test_what_the_implementation_prints_stays_out_of_the_json(tmp_path: Path) -> None:
     scenario_file(tmp_path, ONE_CHUNK)
-    rc, doc, stderr = run_json(str(tmp_path), "--style", "generic",
-                               "--impl", impl_spec("register_chatty"),
-                               "--teardown", impl_spec("teardown"))
+    rc, doc, _, stderr = run_json(str(tmp_path), "--style", "generic",
+                               "--impl", isolation_spec("register_chatty"),
+                               "--teardown", isolation_spec("teardown"))
     assert rc == 0
     assert check_complete(doc)["pool/one-chunk"]["verdict"] == "pass"
     assert "registering" in stderr
@@ -133,12 +135,12 @@ def test_in_process_debugging_reports_the_same_reasons(tmp_path: Path) -> None:
     the exceptions and the time limit are reported as a worker reports them."""
     scenario_file(tmp_path, THREE_CHUNKS)
     common = (str(tmp_path), "--style", "generic", "--in-process",
-              "--teardown", impl_spec("teardown"))
-    rc, doc, _ = run_json(*common, "--impl", impl_spec("register_sys_exit"))
+              "--teardown", isolation_spec("teardown"))
+    rc, doc, _, _ = run_json(*common, "--impl", isolation_spec("register_sys_exit"))
     assert rc == 1
     assert check_complete(doc)["pool/three-chunks"]["reason"] == (
         f"the implementation ended the process with sys.exit(3) {AFTER_TWO}")
-    rc, doc, _ = run_json(*common, "--timeout", "1", "--impl", impl_spec("register_loops"))
+    rc, doc, _, _ = run_json(*common, "--timeout", "1", "--impl", isolation_spec("register_loops"))
     assert rc == 1
     assert check_complete(doc)["pool/three-chunks"]["reason"] == (
         f"the implementation did not finish within the time limit of 1 s (--timeout) "
@@ -153,7 +155,7 @@ def test_in_process_debugging_reports_the_same_reasons(tmp_path: Path) -> None:
 def test_bad_limit_options_are_usage_errors(tmp_path: Path, args: tuple[str, ...],
                                             words: str) -> None:
     scenario_file(tmp_path, ONE_CHUNK)
-    proc = run_cli("run", str(tmp_path), *args)
+    proc = run_kvreg("run", str(tmp_path), *args)
     assert proc.returncode == 2
     assert words in proc.stderr and "Traceback" not in proc.stderr
     assert proc.stdout == ""

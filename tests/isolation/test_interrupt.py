@@ -10,7 +10,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from .conftest import ONE_CHUNK, THREE_CHUNKS, cli_env, impl_spec, kvreg_command, scenario_file
+from ..helpers.kvreg_cli import cli_env, kvreg_command
+from ..helpers.paths import isolation_spec
+from ..helpers.scenario_text import ONE_CHUNK, THREE_CHUNKS, scenario_file
 
 
 def _alive(pid: int) -> bool:
@@ -32,8 +34,8 @@ def test_ctrl_c_writes_the_complete_report_and_exits_130(tmp_path: Path) -> None
     report.write_text("previous report\n")
     env = {**cli_env(), "KVREG_TEST_MARKER": str(marker)}
     proc = subprocess.Popen([*kvreg_command(), "run", str(folder), "--style", "generic",
-                             "--impl", impl_spec("register_hangs_when_chunked"),
-                             "--teardown", impl_spec("teardown"), "--json", str(report)],
+                             "--impl", isolation_spec("register_hangs_when_chunked"),
+                             "--teardown", isolation_spec("teardown"), "--json", str(report)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         # the run is in its second scenario once the implementation wrote the marker
@@ -71,8 +73,8 @@ def test_a_killed_kvreg_takes_its_worker_with_it(tmp_path: Path) -> None:
     marker = tmp_path / "hanging.pid"
     env = {**cli_env(), "KVREG_TEST_MARKER": str(marker)}
     proc = subprocess.Popen([*kvreg_command(), "run", str(tmp_path), "--style", "generic",
-                             "--impl", impl_spec("register_hangs_when_chunked"),
-                             "--teardown", impl_spec("teardown")],
+                             "--impl", isolation_spec("register_hangs_when_chunked"),
+                             "--teardown", isolation_spec("teardown")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         while not marker.exists() or not marker.read_text():

@@ -24,7 +24,8 @@ from kvreg.harness.run.supervisor import Supervisor
 from kvreg.harness.scenario import load_paths
 from kvreg.harness.scenario.format import Scenario
 
-from .conftest import IMPLS, run_json
+from ..helpers.kvreg_cli import run_json
+from ..helpers.paths import ISOLATION_IMPLS, isolation_spec
 
 # (register, teardown, style): each keeps a handle or reads its configuration once
 CACHING = {
@@ -54,7 +55,8 @@ def _catalog() -> tuple[Scenario, ...]:
 @cache
 def _impl(name: str) -> Implementation:
     register, teardown, style = CACHING[name]
-    return make_implementation(str(IMPLS / register), str(IMPLS / teardown), style)
+    return make_implementation(str(ISOLATION_IMPLS / register), str(ISOLATION_IMPLS / teardown),
+                               style)
 
 
 def _applies(name: str, sc: Scenario) -> bool:
@@ -100,9 +102,9 @@ def test_kvreg_run_with_two_workers_gives_the_cached_variant_the_fresh_ones_verd
     style = "ctypes" if "ctypes" in cached else "sglang"
 
     def verdicts(spec: str) -> dict[str, str]:
-        code, report, err = run_json("--impl", str(IMPLS / spec), "--teardown",
-                                     str(IMPLS / f"{spec}_teardown"), "--style", style,
-                                     "-j", "2", "bundled")
+        code, report, _, err = run_json("--impl", str(ISOLATION_IMPLS / spec),
+                                        "--teardown", str(ISOLATION_IMPLS / f"{spec}_teardown"),
+                                        "--style", style, "-j", "2", "bundled")
         assert code in (0, 1), err
         return {r["id"]: r["verdict"] for r in report["scenarios"]}
 
@@ -115,9 +117,9 @@ def test_registering_from_threads_with_a_shared_handle_gives_the_sequential_verd
     """Chunks registered and released from a thread pool, the cudart module kept in a global
     they share: whatever order the threads ran in, every verdict is the sequential twin's."""
     def verdicts(register: str, teardown: str) -> dict[str, tuple[str, list[str]]]:
-        code, report, err = run_json("--impl", str(IMPLS / register), "--teardown",
-                                     str(IMPLS / teardown), "--style", "sglang", "-j", "2",
-                                     "bundled")
+        code, report, _, err = run_json("--impl", str(ISOLATION_IMPLS / register),
+                                        "--teardown", str(ISOLATION_IMPLS / teardown),
+                                        "--style", "sglang", "-j", "2", "bundled")
         assert code in (0, 1), err
         return {r["id"]: (r["verdict"], [v["rule"] for v in r["violations"]])
                 for r in report["scenarios"]}
@@ -128,8 +130,8 @@ def test_registering_from_threads_with_a_shared_handle_gives_the_sequential_verd
 
 
 def test_keeping_an_earlier_scenarios_store_is_an_error_not_a_fail() -> None:
-    impl = make_implementation(str(IMPLS / "mooncake_caching.py:keeps_first_store"),
-                               str(IMPLS / "mooncake_caching.py:keeps_first_store_teardown"),
+    impl = make_implementation(isolation_spec("keeps_first_store", "mooncake_caching"),
+                               isolation_spec("keeps_first_store_teardown", "mooncake_caching"),
                                "mooncake")
     # three scenarios of one process configuration: one worker runs them in turn
     candidates = [sc for sc in _catalog() if sc.target == "mooncake" and not sc.options.get("pd")]

@@ -14,15 +14,16 @@ import torch  # noqa: F401
 
 from kvreg.harness.scenario import ScenarioError, load_paths
 
-from .conftest import IMPLS, ONE_CHUNK, POOL, THREE_CHUNKS
+from ..helpers.paths import ISOLATION_IMPLS
+from ..helpers.scenario_text import ONE_CHUNK, THREE_CHUNKS, VIRTUAL_MLA_POOL
 
 AFTER_TWO = "during register of kv_buffer, after 2 cudaHostRegister calls"
 
 
 def _project(pytester: pytest.Pytester, function: str, *ini: str) -> None:
     folder = pytester.mkdir("kv_scenarios")
-    (folder / "pool.toml").write_text(POOL + THREE_CHUNKS + ONE_CHUNK)
-    shutil.copy(IMPLS / "misbehaving.py", pytester.path / "mypool.py")
+    (folder / "pool.toml").write_text(VIRTUAL_MLA_POOL + THREE_CHUNKS + ONE_CHUNK)
+    shutil.copy(ISOLATION_IMPLS / "misbehaving.py", pytester.path / "mypool.py")
     pytester.makeini("\n".join(["[pytest]", "kvreg_scenarios = kv_scenarios",
                                 f"kvreg_impl = mypool.py:{function}",
                                 "kvreg_teardown = mypool.py:teardown",
@@ -80,11 +81,11 @@ def test_the_correct_control_passes_in_the_worker(pytester: pytest.Pytester) -> 
 
 @pytest.mark.parametrize(("text", "message"), [
     # a valid file whose table header has spaces: collected, not skipped
-    (POOL + ONE_CHUNK.replace("[[scenario]]", "[[ scenario ]]"), None),
-    (POOL + ONE_CHUNK.replace("[[scenario]]", "[[scenarios]]"),
+    (VIRTUAL_MLA_POOL + ONE_CHUNK.replace("[[scenario]]", "[[ scenario ]]"), None),
+    (VIRTUAL_MLA_POOL + ONE_CHUNK.replace("[[scenario]]", "[[scenarios]]"),
      "*odd.toml: scenarios: expected one of the top-level fields*"),
     ("", "*odd.toml: format: expected 1 (the scenario format version)*"),
-    (POOL + "[[scenario]\n", "*odd.toml: not valid TOML:*"),
+    (VIRTUAL_MLA_POOL + "[[scenario]\n", "*odd.toml: not valid TOML:*"),
 ])
 def test_every_toml_file_is_collected(pytester: pytest.Pytester, text: str,
                                       message: str | None) -> None:

@@ -14,9 +14,10 @@ import pytest
 # torch must already be imported here: pytester's in-process runs restore sys.modules.
 import torch  # noqa: F401
 
-from .conftest import IMPLS, ONE_CHUNK, POOL, THREE_CHUNKS
+from ..helpers.paths import ISOLATION_IMPLS
+from ..helpers.scenario_text import ONE_CHUNK, THREE_CHUNKS, VIRTUAL_MLA_POOL
 
-TWO_GB = POOL.replace("chunk_gb = 1", "chunk_gb = 2")
+TWO_GB = VIRTUAL_MLA_POOL.replace("chunk_gb = 1", "chunk_gb = 2")
 
 
 @pytest.mark.parametrize(("register", "teardown", "style"), [
@@ -26,10 +27,10 @@ TWO_GB = POOL.replace("chunk_gb = 1", "chunk_gb = 2")
 def test_items_after_others_pass_as_alone(pytester: pytest.Pytester, register: str,
                                            teardown: str, style: str) -> None:
     folder = pytester.mkdir("kv_scenarios")
-    (folder / "a_one_gib.toml").write_text(POOL + THREE_CHUNKS + ONE_CHUNK)
+    (folder / "a_one_gib.toml").write_text(VIRTUAL_MLA_POOL + THREE_CHUNKS + ONE_CHUNK)
     (folder / "b_two_gib.toml").write_text(TWO_GB + THREE_CHUNKS + ONE_CHUNK)
     for name in ("caching.py", "bound_at_import.py"):
-        shutil.copy(IMPLS / name, pytester.path / name)
+        shutil.copy(ISOLATION_IMPLS / name, pytester.path / name)
     pytester.makeini("\n".join(["[pytest]", "kvreg_scenarios = kv_scenarios",
                                 f"kvreg_impl = {register}", f"kvreg_teardown = {teardown}",
                                 f"kvreg_style = {style}"]) + "\n")

@@ -18,7 +18,8 @@ from kvreg.harness.run.target import ProcessConfig
 from kvreg.harness.scenario import load_paths
 from kvreg.harness.scenario.format import Scenario
 
-from .conftest import IMPLS, ONE_CHUNK, POOL, THREE_CHUNKS, scenario_file
+from ..helpers.paths import isolation_spec
+from ..helpers.scenario_text import ONE_CHUNK, THREE_CHUNKS, VIRTUAL_MLA_POOL, scenario_file
 
 ENV_CHUNK_GB = "SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB"
 
@@ -27,7 +28,8 @@ def _two_configs(tmp_path: Path) -> list[Scenario]:
     """A B A B: scenarios of 1 GiB and 2 GiB chunk limits, interleaved."""
     one = load_paths([scenario_file(tmp_path, THREE_CHUNKS, ONE_CHUNK, name="one")])
     two_file = tmp_path / "two.toml"
-    two_file.write_text((POOL + THREE_CHUNKS + ONE_CHUNK).replace("chunk_gb = 1", "chunk_gb = 2"))
+    two_file.write_text((VIRTUAL_MLA_POOL + THREE_CHUNKS + ONE_CHUNK).replace("chunk_gb = 1",
+                                                                              "chunk_gb = 2"))
     two = load_paths([two_file])
     return [one[0], two[0], one[1], two[1]]
 
@@ -37,8 +39,8 @@ def test_a_worker_per_configuration_reused_within_it(tmp_path: Path) -> None:
     configs = [process_config(sc) for sc in scenarios]
     assert configs[0] == configs[2] != configs[1] == configs[3]
     assert dict(configs[0].env)[ENV_CHUNK_GB] == "1" and dict(configs[1].env)[ENV_CHUNK_GB] == "2"
-    impl = make_implementation(str(IMPLS / "bound_at_import.py:sglang_register"),
-                               str(IMPLS / "bound_at_import.py:sglang_teardown"), "sglang")
+    impl = make_implementation(isolation_spec("sglang_register", "bound_at_import"),
+                               isolation_spec("sglang_teardown", "bound_at_import"), "sglang")
     # the module read the variable at import, and kvreg sees it when it imports it anew
     # (as a worker does; an earlier test may have imported it in this process already)
     assert any(key == ENV_CHUNK_GB and module.startswith("kvreg_user_")

@@ -15,13 +15,14 @@ from kvreg.harness.run.progress import describe_calls
 from kvreg.harness.run.supervisor import Supervisor, death_reason
 from kvreg.harness.scenario import load_paths
 
-from .conftest import ONE_CHUNK, THREE_CHUNKS, impl_spec, scenario_file
+from ..helpers.paths import isolation_spec
+from ..helpers.scenario_text import ONE_CHUNK, THREE_CHUNKS, scenario_file
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "cuda_target" / "impls" / "sglang_upstream.py"
 
 
 def _generic(function: str):
-    return make_implementation(impl_spec(function), impl_spec("teardown"), "generic")
+    return make_implementation(isolation_spec(function), isolation_spec("teardown"), "generic")
 
 
 def test_a_healthy_worker_is_reused_and_a_dead_one_replaced(tmp_path: Path) -> None:
@@ -90,7 +91,7 @@ def test_messages() -> None:
 
 def test_a_mooncake_run_that_ends_its_process_says_how_far_it_got() -> None:
     (sc,) = [s for s in load_paths() if s.id == "mooncake/sglang_mla_layer_first/above-limit"]
-    impl = make_implementation(impl_spec("register", "mooncake_exits"), None, "mooncake")
+    impl = make_implementation(isolation_spec("register", "mooncake_exits"), None, "mooncake")
     with Supervisor(impl) as sup:
         result = sup.run_one(sc)
     assert result.verdict == "error"

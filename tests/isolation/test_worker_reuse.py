@@ -21,7 +21,8 @@ from kvreg.harness.run.target import ProcessConfig
 from kvreg.harness.scenario import load_paths
 from kvreg.harness.scenario.format import Scenario
 
-from .conftest import IMPLS, ONE_CHUNK, POOL, THREE_CHUNKS, scenario_file
+from ..helpers.paths import isolation_spec
+from ..helpers.scenario_text import ONE_CHUNK, THREE_CHUNKS, VIRTUAL_MLA_POOL, scenario_file
 
 ENV_CHUNK_GB = "SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB"
 H200 = ProcessConfig("cuda", ((ENV_CHUNK_GB, "1"),), ("h200-r580",))
@@ -52,7 +53,7 @@ def test_the_rule() -> None:
 def _limits_two_then_one(tmp_path: Path) -> list[Scenario]:
     """The three-chunk pool at a 2 GiB limit first, then at a 1 GiB limit."""
     two_file = tmp_path / "two.toml"
-    two_file.write_text((POOL + THREE_CHUNKS).replace("chunk_gb = 1", "chunk_gb = 2"))
+    two_file.write_text((VIRTUAL_MLA_POOL + THREE_CHUNKS).replace("chunk_gb = 1", "chunk_gb = 2"))
     one = load_paths([scenario_file(tmp_path, THREE_CHUNKS, ONE_CHUNK, name="one")])
     return [*load_paths([two_file]), *one]
 
@@ -62,8 +63,8 @@ def test_a_variable_read_on_the_first_call_keeps_its_worker(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forced: bool) -> None:
     scenarios = _limits_two_then_one(tmp_path)
     assert process_config(scenarios[0]) != process_config(scenarios[1])
-    impl = make_implementation(str(IMPLS / "read_on_first_call.py:sglang_register"),
-                               str(IMPLS / "read_on_first_call.py:sglang_teardown"), "sglang")
+    impl = make_implementation(isolation_spec("sglang_register", "read_on_first_call"),
+                               isolation_spec("sglang_teardown", "read_on_first_call"), "sglang")
     if forced:   # reuse whatever was read: the worker is forked with this in place
         monkeypatch.setattr(worker, "same_deployment", lambda *a, **k: True)
     with Supervisor(impl) as sup:
@@ -82,10 +83,10 @@ def test_a_variable_read_on_the_first_call_keeps_its_worker(
 def test_code_that_read_nothing_shares_a_worker_within_a_machine(tmp_path: Path) -> None:
     scenarios = _limits_two_then_one(tmp_path)
     # the ctypes style gets its chunk limit as an argument: this code reads no variable
-    impl = make_implementation(str(IMPLS / "caching.py:ctypes_cached"),
-                               str(IMPLS / "caching.py:ctypes_cached_teardown"), "ctypes")
+    impl = make_implementation(isolation_spec("ctypes_cached", "caching"),
+                               isolation_spec("ctypes_cached_teardown", "caching"), "ctypes")
     h100_file = tmp_path / "h100.toml"
-    h100_file.write_text((POOL + THREE_CHUNKS).replace('"h200-r580"', '"h100-r575"'))
+    h100_file.write_text((VIRTUAL_MLA_POOL + THREE_CHUNKS).replace('"h200-r580"', '"h100-r575"'))
     scenarios += load_paths([h100_file])
     with Supervisor(impl) as sup:
         results = dict(sup.run(scenarios))

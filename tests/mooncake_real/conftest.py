@@ -15,7 +15,6 @@ failed test gets the master's log in its report.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,12 +23,9 @@ from kvreg.realhw.mooncake_master import MasterProcess
 from kvreg.realhw.mooncake_master import missing_reason as _wheel_reason
 from kvreg.realhw.mooncake_netns import netns_reason
 
+from ..helpers.mooncake_masters import LONG_LEASE_MS, MASTERS, TEST_MASTERS
+
 MARKER = "kvreg_mooncake_real"
-# the master's --default_kv_lease_ttl for the differential suite: long enough that no lease
-# taken in a sequence expires inside it; the lease test starts its own short-lease master
-LONG_LEASE_MS = 600_000
-_MASTERS: list[MasterProcess] = []        # the module fixtures' masters
-_TEST_MASTERS: list[MasterProcess] = []   # masters a test started itself
 
 
 def missing_reason() -> str | None:
@@ -50,7 +46,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    _TEST_MASTERS.clear()
+    TEST_MASTERS.clear()
     if item.get_closest_marker(MARKER) is None:
         return
     missing = tier_reason()
@@ -68,18 +64,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """A failed test's report carries the log of every master started for it."""
     report = yield
     if report.failed:
-        for master in [*_MASTERS, *_TEST_MASTERS]:
+        for master in [*MASTERS, *TEST_MASTERS]:
             report.sections.append((f"mooncake_master log ({master.log_path})",
                                     master.log_tail(60)))
     return report
-
-
-def start_master(tmp: Path, **kwargs: Any) -> MasterProcess:
-    """A started master whose log goes to failing reports; stop it in a ``finally``."""
-    master = MasterProcess(log_dir=tmp, **kwargs)
-    _TEST_MASTERS.append(master)
-    master.start()
-    return master
 
 
 @pytest.fixture(scope="module")
@@ -90,13 +78,13 @@ def master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MasterProcess |
         yield None
         return
     m = MasterProcess(log_dir=tmp_path_factory.mktemp("mooncake"), lease_ttl_ms=LONG_LEASE_MS)
-    _MASTERS.append(m)
+    MASTERS.append(m)
     try:
         m.start()
         yield m
     finally:
         m.stop()
-        _MASTERS.remove(m)
+        MASTERS.remove(m)
 
 
 @pytest.fixture

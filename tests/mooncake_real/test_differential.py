@@ -16,7 +16,7 @@ import pytest
 from kvreg.fakes.mooncake import get_store_profile
 from kvreg.realhw.mooncake_diff import DIVERGENCES, Comparison, Differential, generate
 
-from .conftest import LONG_LEASE_MS
+from ..helpers.mooncake_masters import LONG_LEASE_MS
 
 pytestmark = pytest.mark.kvreg_mooncake_real
 

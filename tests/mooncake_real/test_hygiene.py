@@ -35,7 +35,7 @@ from kvreg.realhw.mooncake_netns import (
 )
 from kvreg.realhw.mooncake_real import MiB, RealMooncake, setup_args
 
-from .conftest import start_master
+from ..helpers.mooncake_masters import start_master
 
 pytestmark = pytest.mark.kvreg_mooncake_real
 

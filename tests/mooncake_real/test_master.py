@@ -17,7 +17,7 @@ import pytest
 from kvreg.realhw.mooncake_master import MasterFailed, package_version
 from kvreg.realhw.mooncake_real import RealMooncake
 
-from .conftest import start_master
+from ..helpers.mooncake_masters import start_master
 
 pytestmark = pytest.mark.kvreg_mooncake_real
 

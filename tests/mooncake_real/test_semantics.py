@@ -18,7 +18,7 @@ import pytest
 from kvreg.fakes.mooncake import FakeMooncake, get_store_profile
 from kvreg.realhw.mooncake_real import setup_args
 
-from .conftest import LONG_LEASE_MS, start_master
+from ..helpers.mooncake_masters import LONG_LEASE_MS, start_master
 
 pytestmark = pytest.mark.kvreg_mooncake_real
 

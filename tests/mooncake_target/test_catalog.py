@@ -3,15 +3,13 @@ says: a Mooncake target, a one-line guard with a reference, runnable by the CLI.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
-from kvreg.harness.cli import main
 from kvreg.harness.run.core import run_scenario
 from kvreg.harness.run.implementation import make_implementation
 from kvreg.harness.scenario import Scenario, bundled_root, load_file
+
+from ..helpers.kvreg_cli import run_json
 
 ROOT = bundled_root()
 REGRESSIONS = sorted((ROOT / "regressions").glob("mooncake_*.toml"))
@@ -59,11 +57,9 @@ def test_reference_passes(sc: Scenario) -> None:
     assert result.calls > 0
 
 
-def test_cli_runs_the_catalog_with_the_reference(capsys: pytest.CaptureFixture[str],
-                                                 tmp_path: Path) -> None:
-    report = tmp_path / "report.json"
-    rc = main(["run", str(ROOT / "mooncake"), *map(str, REGRESSIONS), "--json", str(report)])
-    assert rc == 0, capsys.readouterr().out
-    doc = json.loads(report.read_text())
+def test_cli_runs_the_catalog_with_the_reference() -> None:
+    run = run_json(str(ROOT / "mooncake"), *map(str, REGRESSIONS), to_file=True)
+    assert run.returncode == 0, run.stdout
+    doc = run.doc
     assert doc["summary"]["total"] == len(CATALOG) == doc["summary"]["passed"]
     assert {s["verdict"] for s in doc["scenarios"]} == {"pass"}

@@ -7,56 +7,16 @@ import pytest
 # torch must already be imported here: pytester's in-process runs restore sys.modules.
 import torch  # noqa: F401
 
-SCENARIO = '''
-format = 1
-[pool]
-type = "mla"
-params = { layout = "page_first_direct", layer_num = 61, kv_lora_rank = 512, \
-qk_rope_head_dim = 64, dtype = "bfloat16", page_size = 64 }
-[defaults]
-chunk_gb = 1
-[[scenario]]
-name = "above-limit"
-guards = "page-aligned seams keep every page in one registration (sglang PR #36798)"
-pages = 600
-[[scenario]]
-name = "fail-middle-chunk"
-guards = "a failed middle chunk rolls back the earlier ones (sglang PR #36798)"
-pages = 600
-expect = "register-error"
-faults = [{ point = "cudart.cudaHostRegister", nth = 2, error = "cudaErrorMemoryAllocation" }]
-'''
-
-BYTE_OFFSET_IMPL = '''
-import os
-import torch
-
-def register(buffer, registration_granularity_bytes=None):
-    cudart = torch.cuda.cudart()
-    limit = int(os.environ["SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB"]) << 30
-    total = buffer.numel() * buffer.element_size()
-    ranges = []
-    for off in range(0, total, limit):
-        size = min(limit, total - off)
-        rc = int(cudart.cudaHostRegister(buffer.data_ptr() + off, size, 0))
-        if rc:
-            for p, _ in reversed(ranges):
-                cudart.cudaHostUnregister(p)
-            raise RuntimeError(f"cudaHostRegister failed (rc={rc}) at offset={off}")
-        ranges.append((buffer.data_ptr() + off, size))
-    buffer.kv_ranges = ranges
-
-def teardown(buffer):
-    cudart = torch.cuda.cudart()
-    for p, _ in reversed(getattr(buffer, "kv_ranges", [])):
-        cudart.cudaHostUnregister(p)
-    buffer.kv_ranges = []
-'''
+from ..helpers.scenario_text import (
+    ABOVE_LIMIT,
+    BYTE_OFFSET_IMPL,
+    FAIL_MIDDLE_CHUNK,
+    write_scenarios,
+)
 
 
 def _project(pytester: pytest.Pytester, baseline: str, *, impl: bool = True) -> None:
-    pytester.mkdir("kv_scenarios")
-    (pytester.path / "kv_scenarios" / "mla.toml").write_text(SCENARIO)
+    write_scenarios(pytester.path / "kv_scenarios" / "mla.toml", ABOVE_LIMIT, FAIL_MIDDLE_CHUNK)
     pytester.makepyfile(mypool=BYTE_OFFSET_IMPL)
     ini = "[pytest]\nkvreg_scenarios = kv_scenarios\nkvreg_baseline = kvreg-baseline.txt\n"
     if impl:

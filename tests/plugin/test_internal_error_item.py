@@ -11,24 +11,11 @@ import pytest
 # torch must already be imported here: pytester's in-process runs restore sys.modules.
 import torch  # noqa: F401
 
-SCENARIO = '''
-format = 1
-[pool]
-type = "mla"
-params = { layout = "page_first_direct", layer_num = 61, kv_lora_rank = 512, \
-qk_rope_head_dim = 64, dtype = "bfloat16", page_size = 64 }
-[defaults]
-chunk_gb = 1
-[[scenario]]
-name = "above-limit"
-guards = "page-aligned seams keep every page in one registration (sglang PR #36798)"
-pages = 600
-'''
+from ..helpers.scenario_text import ABOVE_LIMIT, write_scenarios
 
 
 def _project(pytester: pytest.Pytester) -> None:
-    pytester.mkdir("kv_scenarios")
-    (pytester.path / "kv_scenarios" / "mla.toml").write_text(SCENARIO)
+    write_scenarios(pytester.path / "kv_scenarios" / "mla.toml", ABOVE_LIMIT)
     pytester.makeini("[pytest]\nkvreg_scenarios = kv_scenarios\n")
 
 

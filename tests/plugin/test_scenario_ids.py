@@ -19,23 +19,9 @@ import torch  # noqa: F401
 
 from kvreg.harness.run.baseline import load_baseline
 
-IMPLS = Path(__file__).resolve().parents[1] / "cuda_target" / "impls"
-SCENARIO = '''format = 1
-[pool]
-type = "mla"
-params = { layout = "page_first_direct", layer_num = 61, kv_lora_rank = 512, \
-qk_rope_head_dim = 64, dtype = "bfloat16", page_size = 64 }
-[defaults]
-chunk_gb = 1
-[[scenario]]
-name = "above-limit"
-guards = "page-aligned seams keep every page in one registration (sglang PR #36798)"
-pages = 600
-[[scenario]]
-name = "below-limit"
-guards = "a pool below the chunk limit is one registration (sglang PR #36798)"
-pages = 200
-'''
+from ..helpers.paths import CUDA_IMPLS
+from ..helpers.scenario_text import ABOVE_LIMIT, BELOW_LIMIT, write_scenarios
+
 ITEMS = ["kv_scenarios/mla/pool.toml::kv_scenarios/mla/pool/above-limit",
          "kv_scenarios/mla/pool.toml::kv_scenarios/mla/pool/below-limit"]
 
@@ -44,10 +30,9 @@ def _project(pytester: pytest.Pytester, scenarios: str) -> Path:
     """A repository: pytest configured at its root, scenarios two folders down, the
     implementation under test beside them."""
     root = pytester.path
-    (root / "kv_scenarios" / "mla").mkdir(parents=True)
-    (root / "kv_scenarios" / "mla" / "pool.toml").write_text(SCENARIO)
+    write_scenarios(root / "kv_scenarios" / "mla" / "pool.toml", ABOVE_LIMIT, BELOW_LIMIT)
     (root / "src").mkdir()
-    (root / "src" / "mypool.py").write_text((IMPLS / "byte_offset_seams.py").read_text())
+    (root / "src" / "mypool.py").write_text((CUDA_IMPLS / "byte_offset_seams.py").read_text())
     pytester.makeini(f"[pytest]\nkvreg_scenarios = {scenarios}\n"
                      "kvreg_impl = src/mypool.py:register\nkvreg_style = sglang\n")
     return root

@@ -17,6 +17,7 @@ import pytest
 from kvreg.realhw import mooncake_netns
 
 CONFTEST = Path(__file__).parents[1] / "mooncake_real" / "conftest.py"
+MASTERS = Path(__file__).parents[1] / "helpers" / "mooncake_masters.py"
 REASON = "the Mooncake wheel is not installed (pip install x)"
 LAUNCHER = "*kvreg_mooncake_real: the real Mooncake master and store listen on every " \
            "interface; they run only in the private network namespace that " \
@@ -43,6 +44,10 @@ def outside(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def _project(pytester: pytest.Pytester, *, wheel: str | None, inside: bool,
              conftest: str | None = None) -> pytest.Pytester:
     text = conftest if conftest is not None else CONFTEST.read_text()
+    # the conftest's helpers module, beside it in the project (tests/helpers/ is not there)
+    text = text.replace("from ..helpers.mooncake_masters import", "from mooncake_masters import")
+    pytester.makepyfile(mooncake_masters=MASTERS.read_text())
+    pytester.syspathinsert()
     text += f"\n\ndef missing_reason() -> str | None:\n    return {wheel!r}\n"
     if inside:
         text += "\n\ndef netns_reason() -> None:\n    return None\n"

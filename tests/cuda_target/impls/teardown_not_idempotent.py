@@ -6,35 +6,17 @@ Expected rule: teardown-raised ("teardown #2 ... raised RuntimeError").
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
+from page_aligned import register_chunks
 
 ATTR = "_broken_ranges"
 
 
 def register(buffer: Any, registration_granularity_bytes: int | None = None) -> None:
-    cudart = torch.cuda.cudart()
-    base = buffer.data_ptr()
-    total = buffer.numel() * buffer.element_size()
-    limit = int(os.environ.get("SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB", "256")) << 30
-    g = registration_granularity_bytes
-    if g is not None and g > limit:
-        raise ValueError(f"granularity {g} exceeds the chunk limit {limit}")
-    chunk = total if g is None else (limit // g) * g
-    done: list[tuple[int, int]] = []
-    off = 0
-    while off < total:
-        size = min(chunk, total - off)
-        rc = int(cudart.cudaHostRegister(base + off, size, 0))
-        if rc:
-            for ptr, _ in reversed(done):
-                cudart.cudaHostUnregister(ptr)
-            raise RuntimeError(f"cudaHostRegister failed (rc={rc}) at offset={off}")
-        done.append((base + off, size))
-        off += size
-    setattr(buffer, ATTR, done)
+    """Correct, as SGLang's (page_aligned/): the bug is in teardown."""
+    register_chunks(buffer, registration_granularity_bytes, ATTR)
 
 
 def teardown(buffer: Any) -> None:

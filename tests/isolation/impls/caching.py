@@ -62,9 +62,9 @@ def _slab(buffer: Any, limit: int) -> int:
     return item
 
 
-def _sglang_register(buffer: Any, granularity: int | None, cached: bool) -> None:
-    cudart = _torch_cudart(cached)
-    limit = _chunk_limit()
+def register_chunks(cudart: Any, buffer: Any, granularity: int | None, limit: int) -> None:
+    """The sglang-style all-or-nothing registration of ``buffer`` in chunks under ``limit``,
+    whatever handle and limit a variant brings."""
     base, total = buffer.data_ptr(), buffer.numel() * buffer.element_size()
     g = granularity if granularity is not None else _slab(buffer, limit)
     done: list[tuple[int, int]] = []
@@ -78,8 +78,8 @@ def _sglang_register(buffer: Any, granularity: int | None, cached: bool) -> None
     setattr(buffer, RANGES, done)
 
 
-def _sglang_teardown(buffer: Any, cached: bool) -> None:
-    cudart = _torch_cudart(cached)
+def release_chunks(cudart: Any, buffer: Any) -> None:
+    """Unregister what ``register_chunks`` registered, keeping (and raising on) what failed."""
     failed = []
     for ptr, size in reversed(getattr(buffer, RANGES, [])):
         rc = int(cudart.cudaHostUnregister(ptr))
@@ -91,19 +91,19 @@ def _sglang_teardown(buffer: Any, cached: bool) -> None:
 
 
 def sglang_cached(buffer: Any, granularity: int | None = None) -> None:
-    _sglang_register(buffer, granularity, True)
+    register_chunks(_torch_cudart(True), buffer, granularity, _chunk_limit())
 
 
 def sglang_cached_teardown(buffer: Any) -> None:
-    _sglang_teardown(buffer, True)
+    release_chunks(_torch_cudart(True), buffer)
 
 
 def sglang_fresh(buffer: Any, granularity: int | None = None) -> None:
-    _sglang_register(buffer, granularity, False)
+    register_chunks(_torch_cudart(False), buffer, granularity, _chunk_limit())
 
 
 def sglang_fresh_teardown(buffer: Any) -> None:
-    _sglang_teardown(buffer, False)
+    release_chunks(_torch_cudart(False), buffer)
 
 
 # -- ctypes style: libcudart through ctypes.CDLL (vLLM's CudaRTLibrary) ------------------------

@@ -11,9 +11,8 @@ import os
 from typing import Any
 
 import torch
-from caching import _slab, plan
+from caching import register_chunks, release_chunks
 
-RANGES = "_kvreg_test_ranges"
 _LIMIT: int | None = None
 
 
@@ -25,27 +24,8 @@ def _chunk_limit() -> int:
 
 
 def sglang_register(buffer: Any, granularity: int | None = None) -> None:
-    cudart = torch.cuda.cudart()
-    limit = _chunk_limit()
-    base, total = buffer.data_ptr(), buffer.numel() * buffer.element_size()
-    g = granularity if granularity is not None else _slab(buffer, limit)
-    done: list[tuple[int, int]] = []
-    for off, size in plan(total, g, limit):
-        rc = int(cudart.cudaHostRegister(base + off, size, 0))
-        if rc != 0:
-            for ptr, _ in reversed(done):
-                cudart.cudaHostUnregister(ptr)
-            raise RuntimeError(f"cudaHostRegister failed (rc={rc}) at offset={off} size={size}")
-        done.append((base + off, size))
-    setattr(buffer, RANGES, done)
+    register_chunks(torch.cuda.cudart(), buffer, granularity, _chunk_limit())
 
 
 def sglang_teardown(buffer: Any) -> None:
-    cudart = torch.cuda.cudart()
-    failed = []
-    for ptr, size in reversed(getattr(buffer, RANGES, [])):
-        if int(cudart.cudaHostUnregister(ptr)) != 0:
-            failed.append((ptr, size))
-    setattr(buffer, RANGES, list(reversed(failed)))
-    if failed:
-        raise RuntimeError(f"cudaHostUnregister failed for {len(failed)} chunk(s)")
+    release_chunks(torch.cuda.cudart(), buffer)

@@ -20,16 +20,13 @@ import pytest
 
 from kvreg.harness.cli.progress import LINE_EVERY_S, Reporter, make_reporter
 
-REPO = Path(__file__).resolve().parents[2]
+from ..helpers.kvreg_cli import cli_env
+from ..helpers.paths import CUDA_IMPLS, REPO
+
 KVREG = [sys.executable, "-m", "kvreg.harness.cli"]
 ONE = "mla/page_first_direct/below-limit"
 MLA = ["mla", "layout=page_first_direct", "layer_num=61", "kv_lora_rank=512",
        "qk_rope_head_dim=64", "dtype=bfloat16", "page_size=64", "page_num=20000"]
-
-
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items()
-            if k not in ("CI", "SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB")}
 
 
 def run_closed_stdout(*args: str) -> subprocess.CompletedProcess[str]:
@@ -38,7 +35,7 @@ def run_closed_stdout(*args: str) -> subprocess.CompletedProcess[str]:
     os.close(r)
     try:
         return subprocess.run([*KVREG, *args], stdout=w, stderr=subprocess.PIPE, text=True,
-                              env=_env(), cwd=REPO, timeout=600, check=False)
+                              env=cli_env(), cwd=REPO, timeout=600, check=False)
     finally:
         os.close(w)
 
@@ -66,7 +63,7 @@ def test_run_keeps_its_status_and_writes_its_files(tmp_path: Path) -> None:
 
 def test_run_with_a_failure_still_exits_1(tmp_path: Path) -> None:
     """A closed stdout never turns a failing run green (the worst defect is a wrong verdict)."""
-    impl = REPO / "tests" / "cuda_target" / "impls" / "byte_offset_seams.py"
+    impl = CUDA_IMPLS / "byte_offset_seams.py"
     baseline = tmp_path / "b.txt"
     proc = run_closed_stdout("run", "--impl", f"{impl}:register", "-k",
                              "mla/page_first_direct/above-limit",
@@ -92,21 +89,21 @@ def test_a_shell_pipeline_into_head() -> None:
     """The literal case: ``kvreg list | head -1`` under pipefail."""
     cmd = " ".join(KVREG) + " list | head -1"
     proc = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True,
-                          text=True, env=_env(), cwd=REPO, timeout=300, check=False)
+                          text=True, env=cli_env(), cwd=REPO, timeout=300, check=False)
     _clean(proc)
     assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 1
 
 
 def test_progress_lines_without_a_terminal_and_none_with_quiet() -> None:
     base = [*KVREG, "run", "-k", "mla/page_first_direct/a"]     # at- and above-limit
-    proc = subprocess.run(base, capture_output=True, text=True, env=_env(), cwd=REPO,
+    proc = subprocess.run(base, capture_output=True, text=True, env=cli_env(), cwd=REPO,
                           timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
     assert lines and all(ln.startswith("kvreg run: ") and "\r" not in ln for ln in lines)
     assert lines == ["kvreg run: 1/2 scenarios done (50 %)",
                      "kvreg run: 2/2 scenarios done (100 %)"]
-    quiet = subprocess.run([*base, "--quiet"], capture_output=True, text=True, env=_env(),
+    quiet = subprocess.run([*base, "--quiet"], capture_output=True, text=True, env=cli_env(),
                            cwd=REPO, timeout=600, check=False)
     assert quiet.returncode == 0 and quiet.stderr == ""
     assert quiet.stdout == proc.stdout

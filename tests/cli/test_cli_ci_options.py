@@ -7,6 +7,9 @@ import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from ..helpers.kvreg_cli import run_json
+from ..helpers.paths import REPO
+
 MLA = "mla/page_first_direct/"
 
 
@@ -51,11 +54,10 @@ def test_baseline_with_json_on_stdout_keeps_the_json_clean(kvreg_cli, spec_of,
     base = tmp_path / "b.txt"
     args = ["run", "--impl", spec_of("byte_offset_seams"), "-k", MLA]
     assert kvreg_cli(*args, "--write-baseline", str(base)).returncode == 0
-    proc = kvreg_cli(*args, "--baseline", str(base), "--json", "-")
-    assert proc.returncode == 0
-    doc = json.loads(proc.stdout)
-    assert doc["summary"]["failed"] == len({ln.split()[0] for ln in _body(base)})
-    assert "fail as recorded" in proc.stderr
+    run = run_json(*args[1:], "--baseline", str(base))
+    assert run.returncode == 0
+    assert run.doc["summary"]["failed"] == len({ln.split()[0] for ln in _body(base)})
+    assert "fail as recorded" in run.stderr
 
 
 def test_junit_xml_matches_the_json(kvreg_cli, spec_of, tmp_path: Path) -> None:
@@ -89,7 +91,7 @@ def test_shards_partition_the_run(kvreg_cli, tmp_path: Path) -> None:
 def test_impl_file_resolves_from_the_current_folder_with_its_folder_on_sys_path(
         kvreg_cli, tmp_path: Path) -> None:
     # mypool_fixed.py imports mypool next to it, as `python mypool_fixed.py` would allow
-    example = Path(__file__).resolve().parents[2] / "examples" / "sglang_style_pool"
+    example = REPO / "examples" / "sglang_style_pool"
     project = tmp_path / "project"
     shutil.copytree(example, project, ignore=shutil.ignore_patterns(".hypothesis"))
     proc = kvreg_cli("run", "kv_scenarios", "--impl", "mypool_fixed.py:register",

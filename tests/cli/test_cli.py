@@ -12,6 +12,9 @@ import pytest
 
 from kvreg.harness.cli import main
 
+from ..helpers.kvreg_cli import run_json
+from ..helpers.paths import CUDA_IMPLS
+
 MLA = "mla/page_first_direct"
 
 
@@ -88,34 +91,29 @@ def test_json_stdout_file_and_jobs_agree(kvreg_cli, spec_of, report, catalog, ca
     assert table.rstrip().endswith(f"{s['passed']} passed, {s['failed']} failed")
 
 
-def _main_json(capsys, report, *argv: str) -> tuple[int, dict]:
-    """``kvreg run ARGV --json -`` in this process (exit code, scenarios by id)."""
-    capsys.readouterr()
-    rc = main(["run", *argv, "--json", "-"])
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err
-    return rc, report(json.loads(out))
+def _scenarios(*argv: str) -> tuple[int, dict]:
+    """``kvreg run ARGV --json -``: exit code, scenarios by id."""
+    run = run_json(*argv)
+    return run.returncode, run.scenarios()
 
 
-def test_generic_style(capsys, report, spec_of) -> None:
-    rc, ok = _main_json(capsys, report, "--style", "generic", "--impl",
-                        "kvreg.harness.cuda.reference:register", "-k",
-                        "_direct/last-partial-chunk")
+def test_generic_style(spec_of) -> None:
+    rc, ok = _scenarios("--style", "generic", "--impl", "kvreg.harness.cuda.reference:register",
+                        "-k", "_direct/last-partial-chunk")
     assert rc == 0 and len(ok) >= 8
     assert all(s["verdict"] == "pass" for s in ok.values())
-    rc, bad = _main_json(capsys, report, "--style", "generic", "--impl", spec_of("past_end"),
+    rc, bad = _scenarios("--style", "generic", "--impl", spec_of("past_end"),
                          "-k", f"{MLA}/last-partial-chunk")
     assert rc == 1
     assert bad[f"{MLA}/last-partial-chunk"]["violations"][0]["rule"] == "range-outside-buffer"
 
 
-def test_teardown_option_replaces_the_default_teardown(capsys, report, spec_of) -> None:
+def test_teardown_option_replaces_the_default_teardown(spec_of) -> None:
     # never_unregisters leaks with its own teardown ...
-    rc, res = _main_json(capsys, report, "--impl", spec_of("never_unregisters"),
-                         "-k", f"{MLA}/above-limit")
+    rc, res = _scenarios("--impl", spec_of("never_unregisters"), "-k", f"{MLA}/above-limit")
     assert rc == 1 and res[f"{MLA}/above-limit"]["violations"][0]["rule"] == "leak"
     # ... and passes with a teardown that releases the same attribute
-    rc, res = _main_json(capsys, report, "--impl", spec_of("never_unregisters"),
+    rc, res = _scenarios("--impl", spec_of("never_unregisters"),
                          "--teardown", spec_of("byte_offset_seams", "teardown"),
                          "-k", f"{MLA}/above-limit")
     assert rc == 0 and res[f"{MLA}/above-limit"]["verdict"] == "pass"
@@ -155,8 +153,7 @@ def test_list_k_filters(capsys, catalog) -> None:
 def test_impl_errors_exit_2_with_a_message(argv, words, capsys, monkeypatch) -> None:
     import kvreg.harness.cli.run as run_cli
 
-    impls = str(Path(__file__).parent / "impls")
-    argv = [a.replace("IMPLS", impls) for a in argv]
+    argv = [a.replace("IMPLS", str(CUDA_IMPLS)) for a in argv]
     monkeypatch.setattr(run_cli, "_run_all", _must_not_run)
     assert main(["run", *argv, "-k", f"{MLA}/below-limit"]) == 2
     out, err = capsys.readouterr()

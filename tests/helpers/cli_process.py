@@ -13,7 +13,7 @@ script would, runs the exit handlers and flushes, and exits with the status the 
 ``sys.exit`` would give. The server itself never runs a command, so every child starts from
 the same state: a fresh interpreter with torch imported. What this leaves out is the start
 of the interpreter and the script itself; the tests of those (pipes, signals, ``python
--m``, the entry point) start real processes (tests/cuda_target/test_cli_pipes_progress.py,
+-m``, the entry point) start real processes (tests/cli/test_cli_pipes_progress.py,
 tests/isolation/test_interrupt.py, tests/infra/test_wheel_contents.py).
 """
 
@@ -119,7 +119,7 @@ def _serve() -> None:
         replies.flush()
 
 
-# -- the client (imported by the conftests) --------------------------------------------------
+# -- the client (imported by tests/helpers/kvreg_cli.py) --------------------------------------
 class _Server:
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None

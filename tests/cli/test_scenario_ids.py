@@ -25,24 +25,9 @@ from kvreg.harness.run.result import ScenarioResult, Violation
 from kvreg.harness.scenario.format import Scenario, bundled_root, load_file, load_paths
 from kvreg.harness.scenario.ids import file_id, project_root
 
-from .conftest import REPO, impl_spec
+from ..helpers.paths import REPO, impl_spec
+from ..helpers.scenario_text import ABOVE_LIMIT, BELOW_LIMIT, write_scenarios
 
-POOL = '''format = 1
-[pool]
-type = "mla"
-params = { layout = "page_first_direct", layer_num = 61, kv_lora_rank = 512, \
-qk_rope_head_dim = 64, dtype = "bfloat16", page_size = 64 }
-[defaults]
-chunk_gb = 1
-[[scenario]]
-name = "above-limit"
-guards = "page-aligned seams keep every page in one registration (sglang PR #36798)"
-pages = 600
-[[scenario]]
-name = "below-limit"
-guards = "a pool below the chunk limit is one registration (sglang PR #36798)"
-pages = 200
-'''
 IDS = {"kv/mla/pool/above-limit", "kv/mla/pool/below-limit"}
 
 
@@ -53,7 +38,7 @@ def _project(tmp_path: Path, marker: str = "pyproject.toml",
     (root / "kv" / "mla").mkdir(parents=True)
     (root / "python" / "pkg").mkdir(parents=True)
     (root / marker).write_text(text)
-    (root / "kv" / "mla" / "pool.toml").write_text(POOL)
+    write_scenarios(root / "kv" / "mla" / "pool.toml", ABOVE_LIMIT, BELOW_LIMIT)
     return root
 
 
@@ -137,7 +122,7 @@ def test_the_nearest_pytest_configuration_wins(tmp_path: Path) -> None:
     (root / "python" / "pkg" / "pyproject.toml").write_text("[project]\nname = 'pkg'\n")
     (root / "python" / "pytest.ini").write_text("[pytest]\n")
     file = root / "python" / "pkg" / "tests" / "kv" / "pool.toml"
-    file.write_text(POOL)
+    write_scenarios(file, ABOVE_LIMIT, BELOW_LIMIT)
     folder = file.parent.resolve()
     assert project_root(folder) == _pytest_rootdir(folder) == (root / "python").resolve()
     assert {s.id for s in load_file(file)} == {"pkg/tests/kv/pool/above-limit",
@@ -148,7 +133,7 @@ def test_without_a_project_ids_start_at_the_folder_given(tmp_path: Path) -> None
     """No rootdir around the file: the folder given (a file's own folder), as before."""
     folder = tmp_path / "loose"
     (folder / "mla").mkdir(parents=True)
-    (folder / "mla" / "pool.toml").write_text(POOL)
+    write_scenarios(folder / "mla" / "pool.toml", ABOVE_LIMIT, BELOW_LIMIT)
     if project_root(folder.resolve()) is not None:
         pytest.fail(f"a project file above {tmp_path} makes this test meaningless")
     assert _ids([folder]) == {"mla/pool/above-limit", "mla/pool/below-limit"}

@@ -1,0 +1,8 @@
+"""What the test folders share, in one place rather than in their conftests.
+
+``paths`` names the implementations under test, ``kvreg_cli`` runs ``kvreg`` command lines
+(``run_json``: one ``kvreg run --json`` and its report), ``report_schema`` holds a JSON report
+to the public contract, ``scenario_text`` writes the small MLA scenario files, ``fixtures``
+offers these as pytest fixtures (a conftest imports the ones its folder uses), and
+``cli_process`` is the fork server that makes a command line cheap.
+"""
