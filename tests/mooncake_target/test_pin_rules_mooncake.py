@@ -9,7 +9,7 @@ effective MR limit, a store built without that check accepts it and splits it in
 
 from __future__ import annotations
 
-from kvreg.harness.mooncake.checks import McRecord, check_mooncake_run
+from kvreg.harness.mooncake.checks import McRecord, buffer_ends, check_mooncake_run
 
 from .test_pin_checks_mooncake import BASE, INVALID, buf, reg
 
@@ -54,3 +54,17 @@ def test_a_pool_expected_rejected_that_raised_another_error_is_judged() -> None:
     other = buf(error=RuntimeError("no"), seq_start=0, seq_end=1)
     assert "rejected-wrong-error" not in [
         v.rule for v in check_mooncake_run(McRecord(128, "register-error", True, [other], []))]
+
+
+def test_an_mr_that_starts_before_the_buffer_and_covers_it_registers_it() -> None:
+    # MRs never overlap, so the one just below the base is the only earlier one that can
+    # reach into the buffer: an MR from 64 bytes below the base past its end covers it whole
+    r = McRecord(128, "success", False, [buf()], [reg(1, BASE - 64, 256 + 128)])
+    (end,) = buffer_ends(r)
+    assert end.live == [(BASE - 64, 256 + 128)], end
+    assert "registered" not in [v.rule for v in check_mooncake_run(r)]
+
+
+def test_a_pool_with_no_buffer_that_was_not_rejected_is_judged_before_any_call() -> None:
+    vs = check_mooncake_run(McRecord(128, "rejected", True, [], []))
+    assert [(v.rule, v.seq) for v in vs] == [("not-rejected", 0)]
