@@ -1,0 +1,46 @@
+"""The rule registry (harness/run/rules.py) at edges its mutation sample found unpinned
+(docs/mutation-testing.md, seed 303): a rule is declared in one place, and what the reports,
+the call sites and FORMAT.md read of it cannot be changed behind the registry's back."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import pytest
+
+from kvreg.harness.run import rules as registry
+from kvreg.harness.run.rules import SITE_CALL, SITE_END, TEARDOWN, declare, get_rule, rule
+
+
+@pytest.fixture
+def scratch() -> Iterator[None]:
+    """Rules declared in a test are gone after it."""
+    rules, checks = dict(registry.RULES), {k: list(v) for k, v in registry._CHECKS.items()}
+    try:
+        yield
+    finally:
+        registry.RULES.clear()
+        registry.RULES.update(rules)
+        registry._CHECKS.clear()
+        registry._CHECKS.update(checks)
+
+
+@pytest.mark.parametrize("given", [{"site": SITE_CALL}, {"judges": (TEARDOWN,)},
+                                   {"contract": "repeatable-teardown"}])
+def test_a_declared_rule_takes_no_second_site_steps_or_contract(
+        scratch: None, given: dict[str, object]) -> None:
+    # any one of the declaring arguments alone is a second declaration, refused
+    declare("t-once", "a rule declared by the test", site=SITE_END)
+    with pytest.raises(ValueError, match="declared already"):
+        rule("t-once", target="t", doc="scenarios/FORMAT.md", **given)
+    assert get_rule("t-once") == registry.Rule("t-once", "a rule declared by the test",
+                                               SITE_END)
+
+
+def test_a_rule_read_from_the_registry_cannot_be_changed_in_place() -> None:
+    leak = get_rule("leak")
+    assert leak is not None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        leak.site = SITE_CALL
+    assert {leak, get_rule("leak")} == {leak}          # a value: hashable, equal to itself
