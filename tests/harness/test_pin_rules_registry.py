@@ -44,3 +44,15 @@ def test_a_rule_read_from_the_registry_cannot_be_changed_in_place() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         leak.site = SITE_CALL
     assert {leak, get_rule("leak")} == {leak}          # a value: hashable, equal to itself
+
+
+def test_the_rules_table_is_found_only_between_both_markers() -> None:
+    # FORMAT.md keeps the generated table between two markers; --check and --write refuse a
+    # file that lacks either (exit 2) instead of writing the table in a wrong place
+    table = registry.markdown([])
+    assert registry.current_table(table) == table                  # opens at offset 0
+    assert registry.current_table(f"intro\n{table}\nmore") == table
+    begin, end = table.splitlines()[0], table.splitlines()[-1]
+    assert registry.current_table(f"intro\n{end}\n") is None       # no opening marker
+    assert registry.current_table(f"intro\n{begin}\n") is None     # no closing marker
+    assert registry.current_table("no markers at all") is None
