@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from kvreg.fakes.recorder import TraceEntry
-from kvreg.harness.cuda.checks import check_run, check_warnings, plain_trace
+from kvreg.harness.cuda.checks import BufferRun, RunRecord, check_run, check_warnings, plain_trace
+from kvreg.harness.pools.registry import make_geometry
 
 from .test_check_run_unit import BASE, record, reg, unreg
 
@@ -48,3 +49,27 @@ def test_an_injected_register_keeps_a_pointer_no_binding_would_take() -> None:
     assert out.args == (-1, 128, 0) and type(out.args[1]) is int
     big = TraceEntry(2, "torch", "cudaHostRegister", (1 << 64, np.int64(64), 0), 1, 1, True, 0)
     assert plain_trace([big])[0].args == (1 << 64, 64, 0)
+
+
+def test_a_failed_transfer_names_the_region_its_page_starts_in() -> None:
+    # layer_first MLA: one buffer, a region per layer ([0, 128) and [128, 256)); row 1 is
+    # page 0 of layer 1, at offset 128: the start of layer 1, the end of layer 0
+    geo = make_geometry("mla", layout="layer_first", layer_num=2, kv_lora_rank=4,
+                        qk_rope_head_dim=4, dtype="bfloat16", page_size=2, page_num=4)
+    spec = geo.buffers()[0]
+    assert [(g.name, g.offset) for g in spec.regions] == [("layer 0", 0), ("layer 1", 128)]
+    trace = [reg(1, BASE, 144), reg(2, BASE + 144, 112), unreg(60, BASE), unreg(61, BASE + 144)]
+
+    class T:
+        ok, code, detail = False, 1, ""
+
+        def __init__(self, row: int) -> None:
+            self.failed_row = row
+
+    for row, where in ((1, "page 0 of the layer 1 of kv_buffer [128, 160)"),
+                       (0, "page 0 of the layer 0 of kv_buffer [0, 32)")):
+        b = BufferRun(0, spec, BASE, 32, None, None, True, 0, 50, None, 32)
+        r = RunRecord(geo, 256, "success", None, [b], trace, transfer=T(row),
+                      teardown_start=60)
+        msgs = [v.message for v in check_run(r) if v.rule == "transfer-failed"]
+        assert len(msgs) == 1 and msgs[0].startswith(where), (row, msgs)
