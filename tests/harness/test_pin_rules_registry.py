@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +57,27 @@ def test_the_rules_table_is_found_only_between_both_markers() -> None:
     assert registry.current_table(f"intro\n{end}\n") is None       # no opening marker
     assert registry.current_table(f"intro\n{begin}\n") is None     # no closing marker
     assert registry.current_table("no markers at all") is None
+
+
+def test_the_rules_table_command_checks_writes_and_prints(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # `--check` exits 1 on a stale table and leaves the file alone; `--write` replaces it
+    # (exit 0), after which `--check` passes; a file without the markers is bad input (2);
+    # with no option the table is printed (exit 0)
+    table = registry.markdown()
+    stale = table.replace("| rule |", "| a stale rule |")
+    fmt = tmp_path / "FORMAT.md"
+    fmt.write_text(f"# Format\n\n{stale}\n\nafter\n")
+    monkeypatch.setattr(registry, "FORMAT_MD", fmt)
+    assert registry.main(["--check"]) == 1
+    assert "rules table is stale" in capsys.readouterr().err
+    assert stale in fmt.read_text()
+    assert registry.main(["--write"]) == 0
+    assert fmt.read_text() == f"# Format\n\n{table}\n\nafter\n"
+    assert registry.main(["--check"]) == 0
+    fmt.write_text("# Format without the markers\n")
+    assert registry.main(["--check"]) == 2
+    capsys.readouterr()
+    assert registry.main([]) == 0
+    assert capsys.readouterr().out == table + "\n"
