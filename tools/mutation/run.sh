@@ -3,7 +3,7 @@
 # (docs/mutation-testing.md). Not part of CI: a full run takes long on a small machine.
 #   bash tools/mutation/run.sh MODULE [SAMPLE [SEED]]
 # MODULE: cuda_runtime, registry, checks, endstate, mooncake_checks, session, causes, contract,
-# teardown_once (a config tools/mutation/MODULE.toml); SAMPLE mutants drawn with SEED (default
+# teardown_once, rules (a config tools/mutation/MODULE.toml); SAMPLE mutants drawn with SEED (default
 # 18) in file order, so a seed names the same sample of the same version of the module on any
 # machine.
 # cosmic-ray mutates the module's file in place and restores it after each mutant: run it on a
