@@ -233,19 +233,31 @@ _SYS_PIDFD_GETFD = 438      # x86_64 and aarch64 (Linux 5.6)
 _KINDS = {socket.SOCK_STREAM: "tcp", socket.SOCK_DGRAM: "udp", socket.SOCK_RAW: "raw"}
 
 
-def _unlisted(pid: int, inode: int, fd: int) -> Sock:
+def _still_open(pid: int, fd: int, inode: int) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/fd/{fd}") == f"socket:[{inode}]"
+    except OSError:
+        return False
+
+
+def _unlisted(pid: int, inode: int, fd: int) -> Sock | None:
     """A socket on no /proc/net table: an IP socket bound but not listening (the engine keeps
     its RPC port so) or not bound at all. Its name is read through a copy of the descriptor
-    (pidfd_getfd(2)); anything else, or a copy refused, is ``unknown``."""
+    (pidfd_getfd(2)); anything else, or a copy refused, is ``unknown``. None: the process
+    closed it after its descriptors were listed (a served HTTP request, say), or the number
+    now holds another file."""
     unknown = Sock(pid, inode, "unknown")
     try:
         pidfd = os.pidfd_open(pid)
     except (OSError, AttributeError):
-        return unknown
+        return unknown if _still_open(pid, fd, inode) else None
     try:
         copy = int(ctypes.CDLL(None, use_errno=True).syscall(_SYS_PIDFD_GETFD, pidfd, fd, 0))
         if copy < 0:
-            return unknown
+            return unknown if _still_open(pid, fd, inode) else None
+        if os.fstat(copy).st_ino != inode:
+            os.close(copy)
+            return None
         with socket.socket(fileno=copy) as sock:
             if sock.family not in (socket.AF_INET, socket.AF_INET6) or \
                     sock.type not in _KINDS:
@@ -294,7 +306,9 @@ def process_sockets(pid: int) -> list[Sock]:
                 break
         else:
             kind = next((p for p, known in other.items() if inode in known), None)
-            socks.append(Sock(pid, inode, kind) if kind else _unlisted(pid, inode, inodes[inode]))
+            sock = Sock(pid, inode, kind) if kind else _unlisted(pid, inode, inodes[inode])
+            if sock is not None:
+                socks.append(sock)
     return socks
 
 

@@ -127,6 +127,22 @@ def test_this_processs_own_sockets_are_read_with_their_addresses() -> None:
         assert foreign_sockets(socks.values(), set(), wildcard_ok=False) == []
 
 
+def test_a_socket_closed_while_it_is_read_is_gone_not_unknown(tmp_path: Path) -> None:
+    """The master's HTTP server closes a served connection between the listing of its
+    descriptors and the reading of /proc/net (CI, stop 32): gone, not a foreign socket."""
+    s = socket.socket()
+    fd, inode = s.fileno(), os.fstat(s.fileno()).st_ino
+    s.close()
+    assert mn._unlisted(os.getpid(), inode, fd) is None
+    with open(tmp_path / "f", "w") as other:        # the number reused by another file
+        assert other.fileno() == fd
+        assert mn._unlisted(os.getpid(), inode, fd) is None
+    with socket.socket(socket.AF_UNIX) as unix:      # still open, and on no IP table
+        assert mn._unlisted(os.getpid(), os.fstat(unix.fileno()).st_ino,
+                            unix.fileno()) == Sock(os.getpid(), os.fstat(unix.fileno()).st_ino,
+                                                   "unknown")
+
+
 @pytest.fixture
 def fresh_reason() -> Iterator[None]:
     mn.netns_reason.cache_clear()
