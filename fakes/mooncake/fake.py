@@ -25,6 +25,8 @@ from ..verbs.fabric import Fabric, Node
 from ..verbs.modules import door_modules, patch_modules
 from .config import ReplicateConfig, bind_allocator, bind_to_numa_node
 from .deployment import Cluster
+from .engine import TransferEngine, TransferNotify, TransferOpcode, bind_engine
+from .engine_state import EngineState
 from .errors import ErrorCode, error_name
 from .profiles import StoreProfile, get_store_profile
 from .store import MooncakeDistributedStore, bind_store
@@ -35,7 +37,9 @@ if TYPE_CHECKING:
 __all__ = ["Cluster", "FakeMooncake", "LiveBuffer"]
 
 # classes bound to one deployment (bind_store, bind_allocator): doors forward them
-_BOUND = {"mooncake.store": ("MooncakeDistributedStore", "MooncakeHostMemAllocator")}
+_BOUND = {"mooncake.store": ("MooncakeDistributedStore", "MooncakeHostMemAllocator"),
+          "mooncake.engine": ("TransferEngine",)}
+_FIRST_RPC_PORT = 15000
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,12 @@ class FakeMooncake:
         self.clusters: dict[str, Cluster] = {}
         self.stores: list[MooncakeDistributedStore] = []
         self._classes: dict[str, type[MooncakeDistributedStore]] = {}
+        # the transfer engines (docs/mooncake-verbs.md §8): every one built, and the live
+        # segments by name (the P2P handshake's namespace)
+        self.engines: list[object] = []
+        self.engine_segments: dict[str, EngineState] = {}
+        self._engine_classes: dict[str, type[TransferEngine]] = {}
+        self._ports = iter(range(_FIRST_RPC_PORT, 1 << 16))
 
     # -- building blocks ------------------------------------------------------------------
     def env(self) -> Mapping[str, str]:
@@ -106,6 +116,22 @@ class FakeMooncake:
     def store(self, node: str | None = None) -> MooncakeDistributedStore:
         """A new (not yet set up) store object on ``node``."""
         return self.store_class(node)()
+
+    def engine_class(self, node: str | None = None) -> type[TransferEngine]:
+        """``mooncake.engine.TransferEngine`` as code on ``node`` imports it."""
+        name = node or self.node_name
+        self.fabric.node(name)
+        if name not in self._engine_classes:
+            self._engine_classes[name] = bind_engine(self, name)
+        return self._engine_classes[name]
+
+    def engine(self, node: str | None = None) -> TransferEngine:
+        """A new (not yet initialized) transfer engine on ``node``."""
+        return self.engine_class(node)()
+
+    def rpc_port(self) -> int:
+        """The RPC port the next initialized engine listens on (one per engine)."""
+        return next(self._ports)
 
     def track(self, obj: Any, *, name: str = "", node: str | None = None) -> Any:
         """Name a real buffer in traces and leak reports (optional: registered process
@@ -142,9 +168,23 @@ class FakeMooncake:
                                       hit[1] if hit else None))
         return out
 
+    def live_engine_buffers(self) -> list[LiveBuffer]:
+        """Every region of an initialized transfer engine (its map, §8.2)."""
+        out = []
+        for engine in self.engines:
+            st = getattr(engine, "state", None)
+            if st is None:
+                continue
+            for base, size in sorted(st.core.regions.items()):
+                hit = st.node.resolve(base)
+                out.append(LiveBuffer(st.node.name, base, size, hit[0] if hit else None,
+                                      hit[1] if hit else None))
+        return out
+
     def live(self) -> list[LiveBuffer]:
-        """What is still registered (fakes/protocol.py): every open store's buffers."""
-        return self.live_buffers()
+        """What is still registered (fakes/protocol.py): every open store's buffers and
+        every initialized engine's regions."""
+        return self.live_buffers() + self.live_engine_buffers()
 
     def leak_report(self) -> str:
         """Empty when every registered buffer was unregistered (or its store closed)."""
@@ -152,13 +192,17 @@ class FakeMooncake:
                          "Mooncake buffer(s) still registered (never unregistered)")
 
     def close_all(self) -> None:
-        """Close every store (tearDownAll), as process exit would."""
+        """Close every store (tearDownAll) and destroy every engine, as process exit would."""
         for store in self.stores:
             store.close()
+        for engine in self.engines:
+            if isinstance(engine, TransferEngine):
+                engine.close()
 
     # -- activation -----------------------------------------------------------------------
     def modules(self, node: str | None = None) -> dict[str, types.ModuleType]:
-        """``mooncake`` and ``mooncake.store`` as code on ``node`` sees them."""
+        """``mooncake``, ``mooncake.store`` and ``mooncake.engine`` as code on ``node`` sees
+        them."""
         host = self.node(node)
         store_mod = types.ModuleType("mooncake.store", "kvreg fake of mooncake.store")
         store_mod.MooncakeDistributedStore = self.store_class(host.name)  # type: ignore[attr-defined]
@@ -168,13 +212,19 @@ class FakeMooncake:
         pkg = types.ModuleType("mooncake", "kvreg fake of the mooncake package")
         pkg.__path__ = []
         pkg.store = store_mod  # type: ignore[attr-defined]
-        return {"mooncake": pkg, "mooncake.store": store_mod}
+        engine_mod = types.ModuleType("mooncake.engine", "kvreg fake of mooncake.engine")
+        engine_mod.TransferEngine = self.engine_class(host.name)  # type: ignore[attr-defined]
+        engine_mod.TransferOpcode = TransferOpcode  # type: ignore[attr-defined]
+        engine_mod.TransferNotify = TransferNotify  # type: ignore[attr-defined]
+        pkg.engine = engine_mod  # type: ignore[attr-defined]
+        return {"mooncake": pkg, "mooncake.store": store_mod, "mooncake.engine": engine_mod}
 
     @contextmanager
     def patch(self, node: str | None = None) -> Iterator[FakeMooncake]:
-        """For the block, ``from mooncake.store import MooncakeDistributedStore`` reaches the
-        fake: the process's door module and store class (fakes/doors.py), so a class kept
-        from an earlier patch builds this fake's stores."""
+        """For the block, ``from mooncake.store import MooncakeDistributedStore`` and ``from
+        mooncake.engine import TransferEngine`` reach the fake: the process's door modules and
+        classes (fakes/doors.py), so a class kept from an earlier patch builds this fake's
+        stores and engines."""
         enlist(self.retire)   # the open retire scope, if any, retires it at its end
         with ExitStack() as stack:
             doors = door_modules(self.modules(node), _BOUND, stack)
@@ -186,3 +236,5 @@ class FakeMooncake:
         again (a store is set up against one deployment and cannot be forwarded to another)."""
         for store in self.stores:
             make_stale(store, "a retired Mooncake deployment")
+        for engine in self.engines:
+            make_stale(engine, "a retired Mooncake deployment")
