@@ -114,13 +114,7 @@ def _batch_entries(rng: random.Random) -> list[tuple[int, int, int]]:
     return [(lo, min(ro, BUF - n), n) for lo, ro, n in entries]
 
 
-def _op(rng: random.Random) -> Op:
-    kind = rng.choices(
-        ["register", "unregister", "batch_register", "batch_unregister", "write", "read",
-         "batch_write", "batch_read", "async_write", "async_read", "submit_write",
-         "first_buffer", "managed", "bytes", "opcode_write"],
-        weights=[16, 8, 8, 5, 12, 8, 8, 5, 3, 2, 2, 4, 2, 2, 2])[0]
-    who = rng.choice("aabb")
+def _registration_op(rng: random.Random, kind: str, who: str) -> Op:
     if kind == "register":
         return Op(kind, (who, *_reg(rng)))
     if kind == "unregister":
@@ -130,23 +124,34 @@ def _op(rng: random.Random) -> Op:
         if entries and rng.random() < 0.3:
             entries.append(rng.choice(entries))              # a duplicate
         return Op(kind, (who, tuple(entries)))
-    if kind == "batch_unregister":
-        return Op(kind, (who, tuple(rng.choice(OFFSETS) for _ in range(rng.randint(0, 3)))))
-    if kind in ("write", "read", "opcode_write"):
-        lo, ro, n = _entry(rng)
-        return Op(kind, (rng.choice(TARGETS), lo, min(ro, BUF - n), n))
+    return Op(kind, (who, tuple(rng.choice(OFFSETS) for _ in range(rng.randint(0, 3)))))
+
+
+def _transfer_op(rng: random.Random, kind: str) -> Op:
     if kind in ("batch_write", "batch_read", "async_write", "async_read"):
         entries = _batch_entries(rng)
         mismatch = bool(entries) and rng.random() < 0.1
         return Op(kind, (rng.choice(TARGETS), tuple(entries), mismatch))
-    if kind == "submit_write":
-        lo, ro, n = _entry(rng)
-        return Op(kind, (rng.choice(TARGETS), lo, min(ro, BUF - n), n))
+    lo, ro, n = _entry(rng)
+    return Op(kind, (rng.choice(TARGETS), lo, min(ro, BUF - n), n))
+
+
+def _op(rng: random.Random) -> Op:
+    kind = rng.choices(
+        ["register", "unregister", "batch_register", "batch_unregister", "write", "read",
+         "batch_write", "batch_read", "async_write", "async_read", "submit_write",
+         "first_buffer", "managed", "bytes", "opcode_write"],
+        weights=[16, 8, 8, 5, 12, 8, 8, 5, 3, 2, 2, 4, 2, 2, 2])[0]
+    who = rng.choice("aabb")
+    if kind in ("register", "unregister", "batch_register", "batch_unregister"):
+        return _registration_op(rng, kind, who)
     if kind == "first_buffer":
         return Op(kind, (who, rng.choice(("a", "b", "nobody"))))
     if kind == "managed":
         return Op(kind, (who, rng.choice(MANAGED_SIZES)))
-    return Op(kind, (rng.randrange(0, BUF - 64), rng.randint(1, 64)))
+    if kind == "bytes":
+        return Op(kind, (rng.randrange(0, BUF - 64), rng.randint(1, 64)))
+    return _transfer_op(rng, kind)
 
 
 def generate(seed: int, length: int = 40) -> list[Op]:
@@ -182,14 +187,14 @@ def _call_transfer(side: EngineSide, op: Op) -> Any:
             return a.transfer_sync_read(seg, side.ptr("a", lo), remote, size)
         return a.transfer_sync(seg, side.ptr("a", lo), remote, size, side.opcode_write)
     target, entries, mismatch = op.args
-    seg, local, remote, sizes = _lists(side, target, entries, mismatch)
+    seg, local, remotes, sizes = _lists(side, target, entries, mismatch)
     if n == "batch_write":
-        return a.batch_transfer_sync_write(seg, local, remote, sizes)
+        return a.batch_transfer_sync_write(seg, local, remotes, sizes)
     if n == "batch_read":
-        return a.batch_transfer_sync_read(seg, local, remote, sizes)
+        return a.batch_transfer_sync_read(seg, local, remotes, sizes)
     submit = a.batch_transfer_async_write if n == "async_write" else \
         a.batch_transfer_async_read
-    batch_id = submit(seg, local, remote, sizes)
+    batch_id = submit(seg, local, remotes, sizes)
     return (0, None) if batch_id == 0 else (1, a.get_batch_transfer_status([batch_id]))
 
 
