@@ -27,7 +27,7 @@ from .config import ReplicateConfig, bind_allocator, bind_to_numa_node
 from .deployment import Cluster
 from .engine import TransferEngine, TransferNotify, TransferOpcode, bind_engine
 from .engine_state import EngineState
-from .errors import ErrorCode, error_name
+from .errors import ErrorCode, error_name, te_error_name
 from .profiles import StoreProfile, get_store_profile
 from .store import MooncakeDistributedStore, bind_store
 
@@ -61,6 +61,10 @@ def _name(api: str, code: int) -> str:
     return error_name(code) if code <= 0 else "bytes"
 
 
+def _engine_name(api: str, code: int) -> str:
+    return "OK" if code == 0 else te_error_name(code)
+
+
 class FakeMooncake:
     """A fake Mooncake Store deployment (``profile``: ``"released"`` or ``"head"``)."""
 
@@ -81,6 +85,7 @@ class FakeMooncake:
             self.fabric.add_device("mlx5_0", "mlx5", node=node)
         self.trace = self.fabric.trace
         self.trace.namers["mooncake"] = _name
+        self.trace.namers["mooncake.engine"] = _engine_name
         self.faults = self.fabric.faults
         self._env = env
         self.clusters: dict[str, Cluster] = {}
