@@ -379,8 +379,12 @@ class EngineDifferential:
         self.real_module = real_module      # the real mooncake.engine
         self.fake = FakeMooncake(profile, devices={}, env={})
         # the tcp transport reads MC_TCP_ENABLE_CONNECTION_POOL when it is built (§8.8)
+        # (pooled: the variable unset, the wheel's default; unpooled: "0")
         saved = os.environ.get(POOL_ENV)
-        os.environ[POOL_ENV] = "1" if pooled else "0"
+        if pooled:
+            os.environ.pop(POOL_ENV, None)
+        else:
+            os.environ[POOL_ENV] = "0"
         try:
             self.real = [self._init(real_module.TransferEngine()) for _ in range(2)]
         finally:
