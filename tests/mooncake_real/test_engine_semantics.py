@@ -172,3 +172,32 @@ def test_before_initialize_the_checking_calls_return(engine_module: Any) -> None
     fake = [e.write_bytes_to_buffer(p, b"ab", 2), e.read_bytes_from_buffer(p, 2),
             e.get_batch_transfer_status([]), e.send_probe("127.0.0.1:1")]
     assert real == fake == [0, b"ab", 0, -1]
+
+
+def test_every_socket_of_p2p_engines_stays_in_the_namespace(engine_module: Any) -> None:
+    # issue 28's hygiene: P2P engines listen on wildcards (RPC, tcp transport) and announce
+    # MC_TCP_BIND_ADDRESS; inside the tier's namespace a wildcard reaches only lo and it
+    import os
+
+    from kvreg.realhw.mooncake_netns import (
+        foreign_sockets,
+        local_addresses,
+        namespace_info,
+        process_sockets,
+    )
+
+    info = namespace_info()
+    assert info is not None, "the tier runs only under its launcher"
+    address = str(info["address"])
+    p = _both(engine_module)[0]
+    assert p.b.register_memory(p.B, 4 * KiB) == 0
+    assert p.a.transfer_sync_write(p.seg(p.b), p.A, p.B, 8) == 0
+    found = process_sockets(os.getpid())
+    assert [s for s in found if s.state == "LISTEN"], "no listening socket read"
+    wildcard_ok = local_addresses() - {"127.0.0.1", "::1"} == {address}
+    assert wildcard_ok
+    assert foreign_sockets(found, {address}, wildcard_ok=wildcard_ok) == []
+    outside = set(info["outer_addresses"]) - {"127.0.0.1", "::1"}
+    assert not {s.local for s in found} & outside
+    assert not {s.remote for s in found} & outside
+    assert p.seg(p.b).startswith(f"{address}:")
