@@ -79,6 +79,8 @@ def _str(value: Any, what: str) -> str:
 class TransferEngine:
     """The fake engine; build it through ``FakeMooncake`` (``fake.engine()`` or the patch)."""
 
+    TransferOpcode = TransferOpcode
+
     _fake: ClassVar[EngineDeployment | None] = None
     _node_name: ClassVar[str | None] = None
     _ids: ClassVar[Callable[[], int]] = itertools.count(0x5E0000).__next__
@@ -150,16 +152,17 @@ class TransferEngine:
             return self._done(api, args, injected, True)
         if protocol == "xgmi":        # §8.1: the one protocol the binding refuses
             return self._done(api, args, FAIL)
-        self.close()
+        self.kvreg_destroy()
         state = EngineState.build(self._owner, self._node, hostname, metadata, device)
         self._owner.engine_segments[state.segment.name] = state
         self._state = state
         self._managed = ManagedBuffers(self._raw_buffer, self._free_raw)
         return self._done(api, args, 0)
 
-    def close(self) -> None:
-        """Not in the real API: what destroying the engine does (registrations dropped,
-        segment withdrawn); ``initialize`` again does it too."""
+    def kvreg_destroy(self) -> None:
+        """Not in the real API (named so no code mistakes it for one): what destroying the
+        engine does (registrations dropped, segment withdrawn); ``initialize`` again does it
+        too, and ``FakeMooncake.close_all`` for every engine."""
         st = self._state
         if st is None:
             return
@@ -407,7 +410,7 @@ class TransferEngine:
         return []
 
     # -- helpers for tests (not part of the real API) ---------------------------------------------
-    def registered(self) -> list[tuple[int, int]]:
+    def registered_buffers(self) -> list[tuple[int, int]]:
         """(base, length) of every region in the engine's map."""
         st = self._state
         return sorted(st.core.regions.items()) if st is not None else []

@@ -40,6 +40,8 @@ __all__ = ["Cluster", "FakeMooncake", "LiveBuffer"]
 _BOUND = {"mooncake.store": ("MooncakeDistributedStore", "MooncakeHostMemAllocator"),
           "mooncake.engine": ("TransferEngine",)}
 _FIRST_RPC_PORT = 15000
+_SUPPORT_FLAGS = ("SUPPORT_CUDA", "SUPPORT_EFA", "SUPPORT_HIP", "SUPPORT_INTRA_NVLINK",
+                  "SUPPORT_MNNVL", "SUPPORT_MUSA")
 
 
 @dataclass(frozen=True)
@@ -202,7 +204,7 @@ class FakeMooncake:
             store.close()
         for engine in self.engines:
             if isinstance(engine, TransferEngine):
-                engine.close()
+                engine.kvreg_destroy()
 
     # -- activation -----------------------------------------------------------------------
     def modules(self, node: str | None = None) -> dict[str, types.ModuleType]:
@@ -221,6 +223,10 @@ class FakeMooncake:
         engine_mod.TransferEngine = self.engine_class(host.name)  # type: ignore[attr-defined]
         engine_mod.TransferOpcode = TransferOpcode  # type: ignore[attr-defined]
         engine_mod.TransferNotify = TransferNotify  # type: ignore[attr-defined]
+        engine_mod.Read = TransferOpcode.Read  # type: ignore[attr-defined]
+        engine_mod.Write = TransferOpcode.Write  # type: ignore[attr-defined]
+        for flag in _SUPPORT_FLAGS:      # the non-CUDA wheel's build flags (§8.7)
+            setattr(engine_mod, flag, False)
         pkg.engine = engine_mod  # type: ignore[attr-defined]
         return {"mooncake": pkg, "mooncake.store": store_mod, "mooncake.engine": engine_mod}
 
