@@ -79,7 +79,7 @@ def _str(value: Any, what: str) -> str:
 class TransferEngine:
     """The fake engine; build it through ``FakeMooncake`` (``fake.engine()`` or the patch)."""
 
-    TransferOpcode = TransferOpcode
+    TransferOpcode: ClassVar[type[TransferOpcode]] = TransferOpcode
 
     _fake: ClassVar[EngineDeployment | None] = None
     _node_name: ClassVar[str | None] = None
@@ -251,7 +251,7 @@ class TransferEngine:
                          [entry], False)
 
     def transfer_sync(self, target_hostname: str, buffer: int, peer_buffer_address: int,
-                      length: int, opcode: TransferOpcode, notify: TransferNotify | None = None,
+                      length: int, opcode: int, notify: TransferNotify | None = None,
                       transport_hint: str = "") -> int:
         _no_notify(notify)
         write = int(opcode) == int(TransferOpcode.Write)
@@ -286,7 +286,7 @@ class TransferEngine:
 
     def batch_transfer_sync(self, target_hostname: str, buffers: list[int],
                             peer_buffer_addresses: list[int], lengths: list[int],
-                            opcode: TransferOpcode, notify: TransferNotify | None = None,
+                            opcode: int, notify: TransferNotify | None = None,
                             transport_hint: str = "") -> int:
         _no_notify(notify)
         write = int(opcode) == int(TransferOpcode.Write)
@@ -326,7 +326,7 @@ class TransferEngine:
 
     def batch_transfer_async(self, target_hostname: str, buffers: list[int],
                              peer_buffer_addresses: list[int], lengths: list[int],
-                             opcode: TransferOpcode, transport_hint: str = "") -> int:
+                             opcode: int, transport_hint: str = "") -> int:
         write = int(opcode) == int(TransferOpcode.Write)
         point = "batch_transfer_async_write" if write else "batch_transfer_async_read"
         return self._submit("batch_transfer_async", point, target_hostname, buffers,
