@@ -5,8 +5,10 @@ becomes MRs on the node's NICs (honouring ``MC_MAX_MR_SIZE`` and each device's
 ``max_mr_size``, §1.6), verbs faults (``verbs.reg_mr``) reach the store, and the trace
 shows the store calls and the MRs they made side by side. Stores that name the same
 ``master_server_addr`` share one object space, so a put on one node can be read on
-another. ``patch()`` makes ``from mooncake.store import MooncakeDistributedStore`` give
-this fake's class. Nothing is global: every instance is independent.
+another. ``patch()`` makes ``from mooncake.store import MooncakeDistributedStore`` and
+``from mooncake.engine import TransferEngine`` give this fake's classes (the engines of one
+deployment reach each other's segments by name, docs/mooncake-verbs.md §8). Nothing is
+global: every instance is independent.
 """
 
 from __future__ import annotations
