@@ -8,18 +8,25 @@ node's fake NICs, and whose put/get move the bytes of registered process memory 
 points: ``mooncake.setup``, ``mooncake.register_buffer``, ``mooncake.unregister_buffer``,
 ``mooncake.put`` and ``mooncake.get`` (checked once per key), ``mooncake.is_exist``,
 ``mooncake.remove``.
+
+The same deployment gives the transfer engine, ``mooncake.engine.TransferEngine``
+(``fake.engine()``; patched in with the store): registrations, tcp/RDMA transfers between
+engines and the return codes of the real binding (docs/mooncake-verbs.md §8); fault points
+``mooncake.engine.<method>``.
 """
 
 from __future__ import annotations
 
 from .config import MooncakeHostMemAllocator, ReplicateConfig
-from .errors import ErrorCode, StoreCrash, TeError
+from .engine import TransferEngine, TransferNotify, TransferOpcode
+from .errors import EngineCrash, ErrorCode, StoreCrash, TeError
 from .fake import Cluster, FakeMooncake, LiveBuffer
-from .profiles import STORE_PROFILES, StoreProfile, get_store_profile
+from .profiles import ENGINE_BEFORE_V0_3_12, STORE_PROFILES, StoreProfile, get_store_profile
 from .store import MooncakeDistributedStore
 from .transfer_engine import FakeTransferEngine, store_slices, te_slices
 
-__all__ = ["STORE_PROFILES", "Cluster", "ErrorCode", "FakeMooncake", "FakeTransferEngine",
-           "LiveBuffer", "MooncakeDistributedStore", "MooncakeHostMemAllocator",
-           "ReplicateConfig", "StoreCrash", "StoreProfile", "TeError", "get_store_profile",
+__all__ = ["ENGINE_BEFORE_V0_3_12", "STORE_PROFILES", "Cluster", "EngineCrash", "ErrorCode",
+           "FakeMooncake", "FakeTransferEngine", "LiveBuffer", "MooncakeDistributedStore",
+           "MooncakeHostMemAllocator", "ReplicateConfig", "StoreCrash", "StoreProfile", "TeError",
+           "TransferEngine", "TransferNotify", "TransferOpcode", "get_store_profile",
            "store_slices", "te_slices"]

@@ -12,13 +12,20 @@ from typing import Any
 
 from ..faults import register_points
 
-__all__ = ["MOONCAKE_POINTS", "ErrorCode", "StoreCrash", "TeError", "error_name"]
+__all__ = ["ENGINE_POINTS", "MOONCAKE_POINTS", "EngineCrash", "ErrorCode", "StoreCrash", "TeError",
+           "error_name", "te_error_name"]
 
 
 class StoreCrash(RuntimeError):
     """A call the real store answers with a segfault (SIGSEGV): the binding dereferences
     its null client before ``setup()`` or after ``close()`` (docs/mooncake-verbs.md §7,
     checked on 0.3.13.post1). The fake raises this so such code is caught, not handled."""
+
+
+class EngineCrash(RuntimeError):
+    """A ``mooncake.engine.TransferEngine`` call the real binding answers with a segfault:
+    before ``initialize()`` its engine pointer is null (docs/mooncake-verbs.md §8.1, checked
+    on 0.3.13.post1). The fake raises this so such code is caught, not handled."""
 
 
 class ErrorCode(enum.IntEnum):
@@ -162,3 +169,54 @@ MOONCAKE_POINTS: dict[str, frozenset[int]] = {
 }
 
 register_points(MOONCAKE_POINTS, code_for=_code_for, error_name=error_name)
+
+
+def te_error_name(code: int) -> str:
+    """``-7`` -> ``"ERR_ADDRESS_OVERLAPPED"``; unknown codes print as themselves."""
+    try:
+        return TeError(int(code)).name
+    except ValueError:
+        return str(code)
+
+
+def _te_code_for(name_or_code: Any) -> int:
+    if isinstance(name_or_code, bool):
+        raise TypeError("a transfer-engine code must be an int or a name, not bool")
+    if isinstance(name_or_code, int):
+        return int(name_or_code)
+    if isinstance(name_or_code, str):
+        name = name_or_code.removeprefix("TeError.")
+        if name in TeError.__members__:
+            return int(TeError[name])
+        raise ValueError(f"unknown Mooncake transfer-engine code name {name_or_code!r}")
+    raise TypeError(f"cannot read a transfer-engine code from {type(name_or_code).__name__}")
+
+
+def _te(*names: str) -> frozenset[int]:
+    return frozenset(int(TeError[n]) for n in names)
+
+
+# point -> the codes that TransferEngine method can really return (docs/mooncake-verbs.md §8):
+# registration: zero length -1, overlap -7, an ibv_reg_mr failure -202 ERR_CONTEXT (rdma);
+# unregister: -3 for an address that is not a base; transfers: -1 for every failure
+_XFER = _te("ERR_INVALID_ARGUMENT")
+ENGINE_POINTS: dict[str, frozenset[int]] = {
+    "mooncake.engine.initialize": _te("ERR_INVALID_ARGUMENT"),
+    "mooncake.engine.register_memory": _te("ERR_INVALID_ARGUMENT", "ERR_ADDRESS_OVERLAPPED",
+                                           "ERR_CONTEXT"),
+    "mooncake.engine.unregister_memory": _te("ERR_INVALID_ARGUMENT",
+                                             "ERR_ADDRESS_NOT_REGISTERED"),
+    "mooncake.engine.batch_register_memory": _te("ERR_INVALID_ARGUMENT",
+                                                 "ERR_ADDRESS_OVERLAPPED", "ERR_CONTEXT"),
+    "mooncake.engine.batch_unregister_memory": _te("ERR_INVALID_ARGUMENT",
+                                                   "ERR_ADDRESS_NOT_REGISTERED"),
+    "mooncake.engine.transfer_sync_write": _XFER,
+    "mooncake.engine.transfer_sync_read": _XFER,
+    "mooncake.engine.batch_transfer_sync_write": _XFER,
+    "mooncake.engine.batch_transfer_sync_read": _XFER,
+    # an async batch that fails: its id's status is -1 (get_batch_transfer_status)
+    "mooncake.engine.batch_transfer_async_write": _XFER,
+    "mooncake.engine.batch_transfer_async_read": _XFER,
+}
+
+register_points(ENGINE_POINTS, code_for=_te_code_for, error_name=te_error_name)

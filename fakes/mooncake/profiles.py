@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from ..verbs.enums import ibv_access_flags as F
 
-__all__ = ["STORE_PROFILES", "StoreProfile", "get_store_profile"]
+__all__ = ["ENGINE_BEFORE_V0_3_12", "STORE_PROFILES", "StoreProfile", "get_store_profile"]
 
 TiB = 1 << 40
 _ALL_PROTOCOLS = frozenset({"rdma", "tcp", "efa", "cxi"})
@@ -86,6 +86,21 @@ class StoreProfile:
     # §7: a setup_dummy client (backed by a standalone mooncake_client) refuses memory
     # outside the client's shared memory: register_buffer -1, put_from/get_into -600
     dummy_refuses_process_memory: bool = True
+    # The transfer engine (mooncake.engine.TransferEngine, docs/mooncake-verbs.md §8.3); all
+    # three landed in v0.3.12 (ENGINE_BEFORE_V0_3_12 gives the older behaviour):
+    # #2854: a batch registration refuses a zero-length entry (-1) and entries that overlap
+    # each other (-7) before registering any; before, both were accepted
+    engine_batch_validates: bool = True
+    # #2869: a transport's batch (un)registration returns its first per-buffer error and a
+    # failed batch is rolled back; before, RDMA logged a warning per failed buffer and the
+    # batch returned 0, and a batch unregister naming an unknown address returned 0
+    engine_batch_propagates_errors: bool = True
+    # #2965: a registration that fails on one transport is undone on those that succeeded,
+    # and unregister tries every transport; before, the others kept the buffer published
+    engine_rolls_back_transports: bool = True
+    # §8.1 (checked on 0.3.13.post1): before initialize() most methods segfault (the engine
+    # pointer is null); True makes the fake raise EngineCrash there
+    engine_crashes_before_initialize: bool = True
     notes: Mapping[str, str] = field(default_factory=dict)
 
     def replace(self, **changes: Any) -> StoreProfile:
@@ -118,6 +133,12 @@ _PROFILES = [
         slices_split_at_mr_seams=True, user_buffer_access=int(F.IBV_ACCESS_LOCAL_WRITE),
         relaxed_ordering=True),
 ]
+
+# the transfer engine of v0.3.11.post1 and earlier (§8.3):
+# ``profile.replace(**ENGINE_BEFORE_V0_3_12)``
+ENGINE_BEFORE_V0_3_12: Mapping[str, bool] = MappingProxyType({
+    "engine_batch_validates": False, "engine_batch_propagates_errors": False,
+    "engine_rolls_back_transports": False})
 
 STORE_PROFILES: Mapping[str, StoreProfile] = MappingProxyType({p.name: p for p in _PROFILES})
 

@@ -98,3 +98,14 @@ def real(master: MasterProcess | None) -> Iterator[Any]:
     with RealMooncake(master) as deployment:
         yield deployment
     master.check_alive()      # a master that died mid-test fails the test with its log
+
+
+@pytest.fixture(scope="module")
+def engine_module() -> Any:
+    """The real ``mooncake.engine`` (None outside the tier's namespace or without the wheel:
+    the test was then skipped, or fails under --kvreg-require-hw)."""
+    if tier_reason():
+        return None
+    import mooncake.engine
+
+    return mooncake.engine
