@@ -58,6 +58,32 @@ def _unmodelled(name: str) -> Any:
     return _Unmodelled(name, (), {})
 
 
+def _or_unmodelled(module: types.ModuleType) -> Any:
+    """The module's own ``__getattr__`` (a door module's forwards to the fake patched in),
+    then an :class:`_Unmodelled` name for what neither the module nor its fake has."""
+    own = vars(module).get("__getattr__")
+    name = module.__name__
+
+    def lookup(attr: str) -> Any:
+        if own is not None:
+            try:
+                return own(attr)
+            except AttributeError:
+                pass
+        return _unmodelled(f"{name}.{attr}")
+
+    lookup._kvreg_own = own  # type: ignore[attr-defined]
+    return lookup
+
+
+def _restore_getattr(module: types.ModuleType) -> None:
+    own = getattr(vars(module).get("__getattr__"), "_kvreg_own", None)
+    if own is None:
+        vars(module).pop("__getattr__", None)
+    else:
+        module.__getattr__ = own  # type: ignore[method-assign]
+
+
 class _UnmodelledFinder:
     """Gives an :class:`_Unmodelled`-filled module for every pyverbs submodule the fake lacks."""
 
@@ -115,6 +141,7 @@ def run_rdma_core(root: Path) -> dict[str, Any]:
     counts: Counter[str] = Counter()
     failures: dict[str, str] = {}
     not_importable: dict[str, str] = {}
+    not_modelled: dict[str, str] = {}
     tracebacks: dict[str, str] = {}
     with fabric.patch("host"):
         sys.path.insert(0, str(tests_dir))
@@ -131,10 +158,9 @@ def run_rdma_core(root: Path) -> dict[str, Any]:
         subprocess.check_output = _host_tools(real_check_output)
         finder = _UnmodelledFinder()
         sys.meta_path.insert(0, finder)
-        patched = [m for name, m in sys.modules.items()
-                   if name.split(".")[0] == "pyverbs" and "__getattr__" not in vars(m)]
+        patched = [m for name, m in sys.modules.items() if name.split(".")[0] == "pyverbs"]
         for m in patched:
-            m.__getattr__ = (lambda n, _m=m.__name__: _unmodelled(f"{_m}.{n}"))  # type: ignore
+            m.__getattr__ = _or_unmodelled(m)  # type: ignore[method-assign]
         try:
             importlib.import_module("args_parser").parser.parse_args()
             for path in sorted(tests_dir.glob("test_*.py")):
@@ -157,6 +183,7 @@ def run_rdma_core(root: Path) -> dict[str, Any]:
                 for test, text in result.failures + result.errors:
                     if "NotModelledError" in text:
                         counts["not modelled"] += 1
+                        not_modelled[test.id()] = _last_line(text)
                         counts["errors" if (test, text) in result.errors else "failed"] -= 1
                     else:
                         failures[test.id()] = _last_line(text)
@@ -165,14 +192,15 @@ def run_rdma_core(root: Path) -> dict[str, Any]:
             subprocess.check_output = real_check_output
             sys.meta_path.remove(finder)
             for m in patched:
-                del m.__getattr__  # type: ignore[attr-defined]
+                _restore_getattr(m)
             sys.argv = argv
             sys.path.remove(str(tests_dir))
             for mod in [m for m in sys.modules if m == "tests" or m.startswith("tests.")]:
                 del sys.modules[mod]
             if saved is not None:
                 sys.modules["tests"] = saved
-    return {"counts": dict(counts), "not_importable": not_importable, "failures": failures,
+    return {"counts": dict(counts), "not_importable": not_importable,
+            "not_modelled": not_modelled, "failures": failures,
             "tracebacks": tracebacks}
 
 
