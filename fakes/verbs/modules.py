@@ -164,8 +164,8 @@ def _rdma_errno(msg: str) -> errors.PyverbsRDMAError:
 
 MODELLED: tuple[str, ...] = ("pyverbs", "pyverbs.pyverbs_error", "pyverbs.device",
                              "pyverbs.pd", "pyverbs.mr", "pyverbs.dmabuf", "pyverbs.cq",
-                             "pyverbs.qp", "pyverbs.wr", "pyverbs.addr", "pyverbs.base", "pyverbs.utils",
-                             "pyverbs.enums", "pyverbs.libibverbs_enums")
+                             "pyverbs.qp", "pyverbs.wr", "pyverbs.addr", "pyverbs.base",
+                             "pyverbs.utils", "pyverbs.enums", "pyverbs.libibverbs_enums")
 
 
 class _Refuser(importlib.abc.MetaPathFinder):
@@ -217,7 +217,8 @@ def patch_modules(modules: Mapping[str, types.ModuleType], root: str) -> Iterato
                 sys.modules[name] = old
 
 
-_BOUND = {"pyverbs.device": ("Context",), "pyverbs.dmabuf": ("DmaBuf",)}   # classes bound to one node (bind_context)
+# classes bound to one node (bind_context, bind_dmabuf)
+_BOUND = {"pyverbs.device": ("Context",), "pyverbs.dmabuf": ("DmaBuf",)}
 
 
 def door_modules(modules: Mapping[str, types.ModuleType], bound: Mapping[str, Sequence[str]],
