@@ -12,12 +12,14 @@ device memory exported by the CUDA driver has none.
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import mmap
 import os
 import threading
 from dataclasses import dataclass
 
-__all__ = ["DmaBufExport", "export", "lookup", "release"]
+__all__ = ["DmaBufExport", "export", "lookup", "mapping", "release"]
 
 
 @dataclass(frozen=True)
@@ -30,10 +32,12 @@ class DmaBufExport:
     base: int
     exporter: str      # "cuda:<device>" or "drm:renderD<n>"
     detail: str        # what the exporter exported, for messages
+    host: int = 0      # where this process maps its bytes (0: it has none, device memory)
 
 
 _LOCK = threading.Lock()
 _TABLE: dict[int, DmaBufExport] = {}
+_MAPS: dict[int, mmap.mmap] = {}     # fd -> the mapping of a dma-buf with bytes
 
 
 def export(size: int, base: int, exporter: str, detail: str, *,
@@ -41,12 +45,26 @@ def export(size: int, base: int, exporter: str, detail: str, *,
     """A new dma-buf fd for ``size`` bytes at ``base``; ``backing`` sizes the memfd so the
     fd can be mapped (real bytes, for small buffers only)."""
     fd = os.memfd_create(f"kvreg-dmabuf:{exporter}", os.MFD_CLOEXEC)
+    host = 0
+    view: mmap.mmap | None = None
     if backing:
         os.ftruncate(fd, size)
-    entry = DmaBufExport(fd, os.fstat(fd).st_ino, size, base, exporter, detail)
+        view = mmap.mmap(fd, size)
+        anchor = ctypes.c_char.from_buffer(view)
+        host = ctypes.addressof(anchor)
+        del anchor                       # the address stays valid while the map is open
+    entry = DmaBufExport(fd, os.fstat(fd).st_ino, size, base, exporter, detail, host)
     with _LOCK:
         _TABLE[fd] = entry
+        if view is not None:
+            _MAPS[fd] = view
     return entry
+
+
+def mapping(fd: int) -> mmap.mmap | None:
+    """The process's mapping of a dma-buf with bytes (None for device memory)."""
+    with _LOCK:
+        return _MAPS.get(fd)
 
 
 def lookup(fd: int) -> DmaBufExport | int:
@@ -69,6 +87,9 @@ def release(fd: int) -> None:
     """Close a dma-buf's fd and forget it (an exporter's own cleanup)."""
     with _LOCK:
         entry = _TABLE.pop(fd, None)
+        view = _MAPS.pop(fd, None)
+    if view is not None:
+        view.close()
     if entry is not None:
         try:
             if os.fstat(fd).st_ino == entry.inode:

@@ -6,7 +6,8 @@ model (an ImportError or NotModelledError, counted apart). One Soft-RoCE device 
 ``rxe`` NIC profile) on one node, as the suite runs on a machine with ``rdma_rxe`` loaded.
 Usage (docs/peer-suites.md):
 
-    python tools/peer_suites.py rdma-core /path/to/rdma-core [--json FILE]
+    python tools/peer_suites.py rdma-core /path/to/rdma-core [--json FILE] [--nic mlx5]
+        [--render-nodes 1]
 """
 
 from __future__ import annotations
@@ -131,17 +132,21 @@ def _last_line(text: str) -> str:
     return lines[-1][:200] if lines else ""
 
 
-def run_rdma_core(root: Path) -> dict[str, Any]:
-    """Every ``tests/test_*.py`` module of an rdma-core checkout, under the fake."""
+def run_rdma_core(root: Path, nic: str = "rxe", render_nodes: int = 0) -> dict[str, Any]:
+    """Every ``tests/test_*.py`` module of an rdma-core checkout, under the fake: one device
+    ``rxe0`` of NIC profile ``nic`` (a Soft-RoCE host by default), and ``render_nodes`` DRM
+    render nodes for pyverbs' ``DmaBuf`` (none by default, as on such a host)."""
     from kvreg.fakes.verbs import Fabric
 
     tests_dir = root / "tests"
     fabric = Fabric(("host",))
-    fabric.add_device("rxe0", "rxe", node="host")
+    fabric.add_device("rxe0", nic, node="host")
+    fabric.node("host").drm_render_nodes = render_nodes
     counts: Counter[str] = Counter()
     failures: dict[str, str] = {}
     not_importable: dict[str, str] = {}
     not_modelled: dict[str, str] = {}
+    passed: list[str] = []
     tracebacks: dict[str, str] = {}
     with fabric.patch("host"):
         sys.path.insert(0, str(tests_dir))
@@ -176,6 +181,7 @@ def run_rdma_core(root: Path) -> dict[str, Any]:
                 result = runner.run(suite)
                 assert isinstance(result, _Counting)
                 counts["passed"] += len(result.passed)
+                passed.extend(result.passed)
                 counts["failed"] += len(result.failures)
                 counts["errors"] += len(result.errors)
                 counts["skipped"] += len(result.skipped)
@@ -200,7 +206,7 @@ def run_rdma_core(root: Path) -> dict[str, Any]:
             if saved is not None:
                 sys.modules["tests"] = saved
     return {"counts": dict(counts), "not_importable": not_importable,
-            "not_modelled": not_modelled, "failures": failures,
+            "not_modelled": not_modelled, "passed": passed, "failures": failures,
             "tracebacks": tracebacks}
 
 
@@ -209,8 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("suite", choices=["rdma-core"])
     parser.add_argument("root", type=Path, help="a checkout of the suite's repository")
     parser.add_argument("--json", type=Path, help="write the full result here")
+    parser.add_argument("--nic", default="rxe", help="the device's NIC profile (default rxe)")
+    parser.add_argument("--render-nodes", type=int, default=0,
+                        help="DRM render nodes for pyverbs' DmaBuf (default 0)")
     args = parser.parse_args(argv)
-    result = run_rdma_core(args.root)
+    result = run_rdma_core(args.root, args.nic, args.render_nodes)
     print(json.dumps(result["counts"]))
     print(f"{len(result['not_importable'])} module(s) not importable under the fake")
     for test, line in sorted(result["failures"].items()):

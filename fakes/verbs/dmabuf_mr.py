@@ -49,6 +49,11 @@ class DmaBuf:
                                      f"GEM buffer of {nbytes} bytes", backing=True)
         self.size = nbytes
         self.map_offset = 0
+        # the bytes, where traces and transfers find them (a real buffer of the node)
+        self._space = _node.space
+        view = dmabufs.mapping(self._entry.fd)
+        if view is not None:
+            self._space.track(view, name=f"dma-buf renderD{128 + gpu} fd {self._entry.fd}")
 
     @property
     def fd(self) -> int:
@@ -69,6 +74,8 @@ class DmaBuf:
             return
         for mr in list(self.dmabuf_mrs):
             mr.close()
+        if self._entry.host:
+            self._space.forget(self._entry.host)
         dmabufs.release(self._entry.fd)
         self._entry = None
 
@@ -128,7 +135,7 @@ class DmaBufMR:
         nic = pd.nic
         self.is_dmabuf_internal = dmabuf is None
         if dmabuf is None:
-            dmabuf = bind_dmabuf(nic.node)(length + offset, gpu, gtt)
+            dmabuf = DmaBuf(length + offset, gpu, gtt, _node=nic.node)
         fd = dmabuf.fd if isinstance(dmabuf, DmaBuf) else int(dmabuf)
         args = (offset, length, offset, fd, access)
         code = nic.node.fabric.check_fault("verbs.reg_mr", nic.face, "reg_dmabuf_mr", args,
@@ -140,8 +147,10 @@ class DmaBufMR:
             raise PyverbsRDMAError(f"Failed to register a dma-buf MR. length: {length}, "
                                    f"access flags: {access}", code)
         key = nic.new_key()
+        found = dmabufs.lookup(fd)
+        host = found.host if isinstance(found, dmabufs.DmaBufExport) else 0
         self._rec = nic.adopt(MrRecord(nic, pd.pd_id, offset, length, access, key, key, 0,
-                                       "pyverbs", dmabuf_fd=fd))
+                                       "pyverbs", dmabuf_fd=fd, host_delta=host))
         nic.node.fabric.trace.append(nic.face, "reg_dmabuf_mr", args, 0, key, False)
         self._nic, self._pd, self.dmabuf, self.offset = nic, pd, dmabuf, offset
         pd.add_ref(self)

@@ -101,6 +101,8 @@ class MrRecord:
     gpu_device: int = -1
     gpu_bytes: int = 0
     dmabuf_fd: int = -1   # ibv_reg_dmabuf_mr: the dma-buf it imported
+    # where the process sees the byte at iova X: X + host_delta (a DRM dma-buf's mapping)
+    host_delta: int = 0
 
     @property
     def end(self) -> int:
