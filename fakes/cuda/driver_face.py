@@ -390,7 +390,7 @@ class CudaDriverFace(DeviceMemoryCalls, types.ModuleType):
         return self._r(0), self.CUdeviceptr(entry.alias + (ptr - entry.base))
 
     def cuPointerGetAttribute(self, attribute: Any, ptr: Any) -> tuple[Any, Any]:
-        """Registered host and device memory; unregistered host memory -> 1 [DOC]."""
+        """Host and device memory, VMM ranges (§14.1); unregistered host memory -> 1 [DOC]."""
         attr = int(attribute)
         address = pointer_arg(ptr)
         code = self._ready_ctx()

@@ -79,8 +79,9 @@ class DeviceMemoryCalls:
         return (self._r(0),)
 
     def cuMemGetAddressRange(self, dptr: Any) -> tuple[Any, Any, int | None]:
-        """(base, size) of the block, or of the one VMM mapping (never the reservation),
-        holding ``dptr``; an address no allocation holds -> 500 [DOC]."""
+        """The block or the one VMM mapping holding dptr (§14.2); none -> 500 [DOC].
+
+        Never the reservation: a tensor in an expandable segment gets its 20 MiB mapping."""
         ptr = pointer_arg(dptr)
         code = self._ready_ctx()
         if code:
@@ -127,6 +128,7 @@ class DeviceMemoryCalls:
         return self._r(code), (self._handle_type(handle) if handle is not None else None)
 
     def cuMemRelease(self, handle: Any) -> tuple[Any]:
+        """The memory goes with the handle's last mapping [DOC]; unknown or twice -> 1 [INF]."""
         code = self._ready_ctx()
         if code:
             return (self._r(code),)
@@ -135,6 +137,7 @@ class DeviceMemoryCalls:
 
     def cuMemAddressReserve(self, size: Any, alignment: Any, addr: Any,
                             flags: Any) -> tuple[Any, Any]:
+        """Device addresses, no memory: granularity multiples, flags 0; addr a hint [DOC]."""
         nbytes = unsigned_arg(size, _U64, "size_t")
         align = unsigned_arg(alignment, _U64, "size_t")
         pointer_arg(addr)                       # a hint only [DOC]
@@ -147,6 +150,7 @@ class DeviceMemoryCalls:
         return self._r(code), (self.CUdeviceptr(base) if base is not None else None)
 
     def cuMemAddressFree(self, ptr: Any, size: Any) -> tuple[Any]:
+        """The reservation's exact base and size [DOC]; one still mapped -> 1 [INF]."""
         base = pointer_arg(ptr)
         nbytes = unsigned_arg(size, _U64, "size_t")
         code = self._ready_ctx()
@@ -157,6 +161,7 @@ class DeviceMemoryCalls:
 
     def cuMemMap(self, ptr: Any, size: Any, offset: Any, handle: Any,
                  flags: Any) -> tuple[Any]:
+        """Into unmapped reserved addresses, within the handle, granularity multiples [DOC]."""
         base = pointer_arg(ptr)
         nbytes = unsigned_arg(size, _U64, "size_t")
         off = unsigned_arg(offset, _U64, "size_t")
@@ -168,6 +173,7 @@ class DeviceMemoryCalls:
                                                        int(flags))),)
 
     def cuMemUnmap(self, ptr: Any, size: Any) -> tuple[Any]:
+        """A whole mapping, never part of one [DOC]."""
         base = pointer_arg(ptr)
         nbytes = unsigned_arg(size, _U64, "size_t")
         code = self._ready_ctx()
