@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from . import errors as E
 from .cuda_python_face import pointer_arg, unsigned_arg
 from .device_memory import device_range, export_dmabuf
+from .symbols import NotModelledError
 
 if TYPE_CHECKING:
     from .cuda_driver import FakeDriver
@@ -33,8 +34,12 @@ MEMORY_OUTPUTS: dict[str, int] = {
     "cuMemAlloc": 1, "cuMemFree": 0, "cuMemGetAddressRange": 2, "cuMemCreate": 1,
     "cuMemRelease": 0, "cuMemAddressReserve": 1, "cuMemAddressFree": 0, "cuMemMap": 0,
     "cuMemUnmap": 0, "cuMemSetAccess": 0, "cuMemGetAllocationGranularity": 1,
-    "cuMemGetHandleForAddressRange": 1,
+    "cuMemGetHandleForAddressRange": 1, "cuPointerGetAttributes": 1, "cuDeviceGetAttribute": 1,
 }
+# the CUdevice_attribute members registration code asks before GPUDirect RDMA (cuda.h) [DOC]
+_DMA_BUF_SUPPORTED, _GDR_WITH_VMM, _GDR_SUPPORTED = 124, 110, 116
+_PA_CONTEXT = 1                     # CU_POINTER_ATTRIBUTE_CONTEXT
+_U32 = 1 << 32
 
 
 class DeviceMemoryCalls:
@@ -43,10 +48,15 @@ class DeviceMemoryCalls:
     if TYPE_CHECKING:
         _kvreg_driver: FakeDriver
         CUdeviceptr: Any
+        CUcontext: Any
 
         def _r(self, code: int) -> Any: ...
 
+        def cuPointerGetAttribute(self, attribute: Any, ptr: Any) -> tuple[Any, Any]: ...
+
         def _ready_ctx(self) -> int: ...
+
+        def _ready(self) -> int: ...
 
     def _handle_type(self, value: int) -> Any:
         cls = getattr(self, "CUmemGenericAllocationHandle", None)
@@ -221,3 +231,62 @@ class DeviceMemoryCalls:
         with driver.lock:
             code, fd = export_dmabuf(driver, ptr, nbytes, int(handleType), int(flags))
         return self._r(code), fd
+
+    # -- cuDeviceGetAttribute (§14.3, §14.4) ----------------------------------------------
+    def cuDeviceGetAttribute(self, attrib: Any, dev: Any) -> tuple[Any, int | None]:
+        """DMA_BUF_SUPPORTED (124) from the profile's ``dma_buf_supported``;
+        GPU_DIRECT_RDMA_SUPPORTED (116) and _WITH_CUDA_VMM_SUPPORTED (110) 1 on the
+        data-centre parts the profiles stand for [INF]. Other members are not modelled."""
+        attr = int(attrib)
+        if attr not in (_DMA_BUF_SUPPORTED, _GDR_WITH_VMM, _GDR_SUPPORTED):
+            raise NotModelledError(f"cuda.bindings.driver.cuDeviceGetAttribute attribute {attr} "
+                                   "is not modelled by kvreg's fake; see COVERAGE.md")
+        code = self._ready()
+        if code:
+            return self._r(code), None
+        device = int(dev)
+        if not 0 <= device < self._kvreg_driver.profile.device_count:
+            return self._r(E.INVALID_DEVICE), None
+        if attr == _DMA_BUF_SUPPORTED:
+            return self._r(0), int(self._kvreg_driver.profile.dma_buf_supported)
+        return self._r(0), 1
+
+    # -- cuPointerGetAttributes (§14.1) ----------------------------------------------------
+    def cuPointerGetAttributes(self, numAttributes: Any, attributes: Sequence[Any] | None,
+                               ptr: Any) -> tuple[Any, list[Any] | None]:
+        """cuPointerGetAttribute's answers in one call; where that one fails the value is
+        its NULL default and the call still succeeds [DOC]. CONTEXT is the primary context
+        of the allocation's device (NULL for memory CUDA does not know) (NIXL's
+        CudaAcceleratorDevice asks for it with MEMORY_TYPE, IS_MANAGED, DEVICE_ORDINAL)."""
+        n = unsigned_arg(numAttributes, _U32, "unsigned int")
+        wanted = list(attributes or [])
+        address = pointer_arg(ptr)
+        code = self._ready_ctx()
+        if code:
+            return self._r(code), None
+        if n != len(wanted):
+            return self._r(E.INVALID_VALUE), None
+        values: list[Any] = []
+        for attr in wanted:
+            if int(attr) == _PA_CONTEXT:
+                values.append(self.CUcontext(self._context_of(address)))
+                continue
+            err, value = self.cuPointerGetAttribute(attr, address)
+            values.append(value if int(err) == 0 else _null_of(int(attr), self.CUdeviceptr))
+        return self._r(0), values
+
+    def _context_of(self, address: int) -> int:
+        driver = self._kvreg_driver
+        rng = device_range(driver, address)
+        entry = driver.pinned.containing(address) if rng is None else None
+        device = rng.device if rng is not None else (entry.device if entry else None)
+        return 0 if device is None else driver.contexts.primary(device)
+
+
+def _null_of(attr: int, pointer_type: Any) -> Any:
+    """The NULL default of an attribute cuPointerGetAttributes could not fill [DOC]."""
+    if attr in (3, 11):                 # DEVICE_POINTER, RANGE_START_ADDR
+        return pointer_type(0)
+    if attr in (8, 13, 15):             # IS_MANAGED, MAPPED, IS_GPU_DIRECT_RDMA_CAPABLE
+        return False
+    return 0

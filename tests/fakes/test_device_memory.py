@@ -229,3 +229,33 @@ def test_the_real_bindings_objects_are_accepted() -> None:
     desc.flags = real.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
     assert int(drv.cuMemSetAccess(va, 2 * MiB, [desc], 1)[0]) == 0
     assert drv.cuPointerGetAttribute(GDR_CAPABLE, va)[1] is True
+
+
+def test_pointer_get_attributes_answers_in_one_call_and_defaults_to_null() -> None:
+    # cuPointerGetAttributes: no error for a pointer CUDA does not know, NULL values [DOC];
+    # NIXL's CudaAcceleratorDevice asks MEMORY_TYPE, IS_MANAGED, DEVICE_ORDINAL, CONTEXT
+    fake, drv = _driver()
+    _, p = drv.cuMemAlloc(4 * MiB)
+    attrs = [MEMORY_TYPE, 8, 9, 1]
+    err, values = drv.cuPointerGetAttributes(4, attrs, int(p) + MiB)
+    assert int(err) == 0
+    assert values[:3] == [2, False, 0]
+    assert int(values[3]) == fake.driver.contexts.primary(0)
+    host = fake.virtual(MiB).data_ptr()
+    err, values = drv.cuPointerGetAttributes(4, attrs, host)
+    assert int(err) == 0 and values[:3] == [0, False, 0] and int(values[3]) == 0
+    assert int(drv.cuPointerGetAttributes(3, attrs, host)[0]) == INVALID_VALUE
+
+
+def test_device_attributes_registration_code_asks() -> None:
+    # §14.3: CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED (124) follows the profile [DOC attribute];
+    # GPU_DIRECT_RDMA_SUPPORTED (116) and _WITH_CUDA_VMM_SUPPORTED (110) 1 [INF]
+    _, drv = _driver()
+    assert drv.cuDeviceGetAttribute(124, 0) == (drv.CUresult(0), 1)
+    assert drv.cuDeviceGetAttribute(116, 0) == (drv.CUresult(0), 1)
+    assert int(drv.cuDeviceGetAttribute(124, 5)[0]) == 101
+    off = FakeCuda(PROFILES["h200-r580"].replace(dma_buf_supported=False)).driver_api
+    off.cuInit(0)
+    assert off.cuDeviceGetAttribute(124, 0)[1] == 0
+    with pytest.raises(NotModelledError):
+        drv.cuDeviceGetAttribute(1, 0)
