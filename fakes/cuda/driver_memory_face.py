@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..address_space import Allocation
 from . import errors as E
 from .cuda_python_face import pointer_arg, unsigned_arg
 from .device_memory import device_range, export_dmabuf
@@ -178,9 +179,13 @@ class DeviceMemoryCalls:
         code = self._ready_ctx()
         if code:
             return (self._r(code),)
-        with self._kvreg_driver.lock:
-            return (self._r(self._kvreg_driver.vmm.map(base, nbytes, off, int(handle),
-                                                       int(flags))),)
+        driver = self._kvreg_driver
+        with driver.lock:
+            code = driver.vmm.map(base, nbytes, off, int(handle), int(flags))
+        if not code:       # traces name the mapping, as they name cudaMalloc blocks
+            driver.space.add(Allocation(base, nbytes, f"vmm{int(handle):#x}@{base:#x}",
+                                        "device"))
+        return (self._r(code),)
 
     def cuMemUnmap(self, ptr: Any, size: Any) -> tuple[Any]:
         """A whole mapping, never part of one [DOC]."""
@@ -189,8 +194,12 @@ class DeviceMemoryCalls:
         code = self._ready_ctx()
         if code:
             return (self._r(code),)
-        with self._kvreg_driver.lock:
-            return (self._r(self._kvreg_driver.vmm.unmap(base, nbytes)),)
+        driver = self._kvreg_driver
+        with driver.lock:
+            code = driver.vmm.unmap(base, nbytes)
+        if not code:
+            driver.space.forget(base)
+        return (self._r(code),)
 
     def cuMemSetAccess(self, ptr: Any, size: Any, desc: Sequence[Any] | None,
                        count: Any) -> tuple[Any]:

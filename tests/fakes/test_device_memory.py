@@ -259,3 +259,11 @@ def test_device_attributes_registration_code_asks() -> None:
     assert off.cuDeviceGetAttribute(124, 0)[1] == 0
     with pytest.raises(NotModelledError):
         drv.cuDeviceGetAttribute(1, 0)
+
+
+def test_traces_name_vmm_mappings() -> None:
+    fake, drv = _driver()
+    va, handles = expandable_segment(drv, mappings=2)
+    assert fake.space.describe(va + 20 * MiB + 4096).startswith(f"vmm{handles[1]:#x}")
+    assert int(drv.cuMemUnmap(va + 20 * MiB, 20 * MiB)[0]) == 0
+    assert fake.space.describe(va + 20 * MiB + 4096) == hex(va + 20 * MiB + 4096)
