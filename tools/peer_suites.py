@@ -6,7 +6,8 @@ model (an ImportError or NotModelledError, counted apart). One Soft-RoCE device 
 ``rxe`` NIC profile) on one node, as the suite runs on a machine with ``rdma_rxe`` loaded.
 Usage (docs/peer-suites.md):
 
-    python tools/peer_suites.py rdma-core /path/to/rdma-core [--json FILE]
+    python tools/peer_suites.py rdma-core /path/to/rdma-core [--json FILE] [--nic mlx5]
+        [--render-nodes 1]
 """
 
 from __future__ import annotations
@@ -58,6 +59,32 @@ def _unmodelled(name: str) -> Any:
     return _Unmodelled(name, (), {})
 
 
+def _or_unmodelled(module: types.ModuleType) -> Any:
+    """The module's own ``__getattr__`` (a door module's forwards to the fake patched in),
+    then an :class:`_Unmodelled` name for what neither the module nor its fake has."""
+    own = vars(module).get("__getattr__")
+    name = module.__name__
+
+    def lookup(attr: str) -> Any:
+        if own is not None:
+            try:
+                return own(attr)
+            except AttributeError:
+                pass
+        return _unmodelled(f"{name}.{attr}")
+
+    lookup._kvreg_own = own  # type: ignore[attr-defined]
+    return lookup
+
+
+def _restore_getattr(module: types.ModuleType) -> None:
+    own = getattr(vars(module).get("__getattr__"), "_kvreg_own", None)
+    if own is None:
+        vars(module).pop("__getattr__", None)
+    else:
+        module.__getattr__ = own  # type: ignore[method-assign]
+
+
 class _UnmodelledFinder:
     """Gives an :class:`_Unmodelled`-filled module for every pyverbs submodule the fake lacks."""
 
@@ -105,16 +132,21 @@ def _last_line(text: str) -> str:
     return lines[-1][:200] if lines else ""
 
 
-def run_rdma_core(root: Path) -> dict[str, Any]:
-    """Every ``tests/test_*.py`` module of an rdma-core checkout, under the fake."""
+def run_rdma_core(root: Path, nic: str = "rxe", render_nodes: int = 0) -> dict[str, Any]:
+    """Every ``tests/test_*.py`` module of an rdma-core checkout, under the fake: one device
+    ``rxe0`` of NIC profile ``nic`` (a Soft-RoCE host by default), and ``render_nodes`` DRM
+    render nodes for pyverbs' ``DmaBuf`` (none by default, as on such a host)."""
     from kvreg.fakes.verbs import Fabric
 
     tests_dir = root / "tests"
     fabric = Fabric(("host",))
-    fabric.add_device("rxe0", "rxe", node="host")
+    fabric.add_device("rxe0", nic, node="host")
+    fabric.node("host").drm_render_nodes = render_nodes
     counts: Counter[str] = Counter()
     failures: dict[str, str] = {}
     not_importable: dict[str, str] = {}
+    not_modelled: dict[str, str] = {}
+    passed: list[str] = []
     tracebacks: dict[str, str] = {}
     with fabric.patch("host"):
         sys.path.insert(0, str(tests_dir))
@@ -131,10 +163,9 @@ def run_rdma_core(root: Path) -> dict[str, Any]:
         subprocess.check_output = _host_tools(real_check_output)
         finder = _UnmodelledFinder()
         sys.meta_path.insert(0, finder)
-        patched = [m for name, m in sys.modules.items()
-                   if name.split(".")[0] == "pyverbs" and "__getattr__" not in vars(m)]
+        patched = [m for name, m in sys.modules.items() if name.split(".")[0] == "pyverbs"]
         for m in patched:
-            m.__getattr__ = (lambda n, _m=m.__name__: _unmodelled(f"{_m}.{n}"))  # type: ignore
+            m.__getattr__ = _or_unmodelled(m)  # type: ignore[method-assign]
         try:
             importlib.import_module("args_parser").parser.parse_args()
             for path in sorted(tests_dir.glob("test_*.py")):
@@ -150,6 +181,7 @@ def run_rdma_core(root: Path) -> dict[str, Any]:
                 result = runner.run(suite)
                 assert isinstance(result, _Counting)
                 counts["passed"] += len(result.passed)
+                passed.extend(result.passed)
                 counts["failed"] += len(result.failures)
                 counts["errors"] += len(result.errors)
                 counts["skipped"] += len(result.skipped)
@@ -157,6 +189,7 @@ def run_rdma_core(root: Path) -> dict[str, Any]:
                 for test, text in result.failures + result.errors:
                     if "NotModelledError" in text:
                         counts["not modelled"] += 1
+                        not_modelled[test.id()] = _last_line(text)
                         counts["errors" if (test, text) in result.errors else "failed"] -= 1
                     else:
                         failures[test.id()] = _last_line(text)
@@ -165,14 +198,15 @@ def run_rdma_core(root: Path) -> dict[str, Any]:
             subprocess.check_output = real_check_output
             sys.meta_path.remove(finder)
             for m in patched:
-                del m.__getattr__  # type: ignore[attr-defined]
+                _restore_getattr(m)
             sys.argv = argv
             sys.path.remove(str(tests_dir))
             for mod in [m for m in sys.modules if m == "tests" or m.startswith("tests.")]:
                 del sys.modules[mod]
             if saved is not None:
                 sys.modules["tests"] = saved
-    return {"counts": dict(counts), "not_importable": not_importable, "failures": failures,
+    return {"counts": dict(counts), "not_importable": not_importable,
+            "not_modelled": not_modelled, "passed": passed, "failures": failures,
             "tracebacks": tracebacks}
 
 
@@ -181,8 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("suite", choices=["rdma-core"])
     parser.add_argument("root", type=Path, help="a checkout of the suite's repository")
     parser.add_argument("--json", type=Path, help="write the full result here")
+    parser.add_argument("--nic", default="rxe", help="the device's NIC profile (default rxe)")
+    parser.add_argument("--render-nodes", type=int, default=0,
+                        help="DRM render nodes for pyverbs' DmaBuf (default 0)")
     args = parser.parse_args(argv)
-    result = run_rdma_core(args.root)
+    result = run_rdma_core(args.root, args.nic, args.render_nodes)
     print(json.dumps(result["counts"]))
     print(f"{len(result['not_importable'])} module(s) not importable under the fake")
     for test, line in sorted(result["failures"].items()):

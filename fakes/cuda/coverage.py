@@ -52,8 +52,9 @@ def modelled_torch() -> list[str]:
 
 
 def modelled_driver() -> list[str]:
-    return sorted(n for n, v in vars(CudaDriverFace).items()
-                  if n.startswith("cu") and inspect.isfunction(v))
+    """The driver face's calls, its device-memory mixin's included (docs/cuda-runtime.md §14)."""
+    return sorted({n for cls in CudaDriverFace.__mro__ for n, v in vars(cls).items()
+                   if n.startswith("cu") and inspect.isfunction(v)})
 
 
 def modelled_ctypes() -> list[str]:

@@ -9,6 +9,7 @@ allocations, streams and the profile; per-thread last-error slots live in each
 from __future__ import annotations
 
 import bisect
+import itertools
 import threading
 from dataclasses import dataclass
 from threading import get_ident
@@ -18,9 +19,10 @@ from . import errors as E
 from .host_mapping import range_is_mapped, virtual_extent
 from .profile import DeviceProfile, get_profile
 from .registry import Pinned, PinnedRegistry
+from .vmm import VmmState
 
-__all__ = ["ALIAS_OFFSET", "DEVICE_BASE", "FLAG_BITS", "PRIMARY_CONTEXT_BASE", "ContextState",
-           "DeviceAlloc", "FakeDriver"]
+__all__ = ["ALIAS_OFFSET", "DEVICE_BASE", "FLAG_BITS", "PRIMARY_CONTEXT_BASE", "VMM_BASE",
+           "ContextState", "DeviceAlloc", "FakeDriver"]
 
 # cudaHostRegister / cuMemHostRegister flags (docs/cuda-runtime.md §2.1, driver_types.h 92-96) [DOC]
 REGISTER_DEFAULT, REGISTER_PORTABLE, REGISTER_MAPPED, REGISTER_IO_MEMORY, REGISTER_READ_ONLY = (
@@ -31,6 +33,7 @@ _new_tuple = tuple.__new__
 
 DEVICE_BASE = 3 << 60    # fake device pointers: non-canonical, apart from host virtual memory
 ALIAS_OFFSET = 2 << 60   # device aliases of host memory, when alias != host VA
+VMM_BASE = DEVICE_BASE + (1 << 59)   # cuMemAddressReserve ranges, apart from cudaMalloc's
 
 
 # CUcontext handles of the primary contexts: device d's is PRIMARY_CONTEXT_BASE + d * 0x1000
@@ -120,6 +123,7 @@ class DeviceAlloc:
     base: int
     size: int
     device: int
+    buffer_id: int = 0   # CU_POINTER_ATTRIBUTE_BUFFER_ID: unique, never reused [DOC]
 
     @property
     def end(self) -> int:
@@ -143,6 +147,12 @@ class FakeDriver:
         self._dev_bases: list[int] = []
         self._dev: dict[int, DeviceAlloc] = {}
         self._dev_next = DEVICE_BASE
+        # buffer ids of every allocation API (cudaMalloc blocks, cuMemCreate handles) [DOC]
+        self.buffer_ids = itertools.count(1)
+        # cuMemCreate / cuMemAddressReserve / cuMemMap (docs/cuda-runtime.md §14.2)
+        self.vmm = VmmState(VMM_BASE, self.profile.vmm_granularity, self.buffer_ids)
+        # BAR1 bytes GPUDirect RDMA (nvidia-peermem) holds pinned, per device (§14.4)
+        self.bar1_used: dict[int, int] = {}
         self.streams: set[int] = set()
         self._stream_next = 0x5000
         # a sticky error (e.g. 700 after an illegal DMA) poisons every later call
@@ -158,9 +168,12 @@ class FakeDriver:
 
     # -- device (cudaMalloc) memory -------------------------------------------------------
     def device_alloc(self, size: int, device: int) -> DeviceAlloc:
-        base = (self._dev_next + 0xFFFF) & ~0xFFFF  # 64 KiB aligned, like cudaMalloc
+        # docs/cuda-runtime.md §14.1: at least 256 B aligned [DOC]; the profile's alignment
+        # (2 MiB, the allocator's granularity [OBS-ext]); blocks never touch
+        align = self.profile.malloc_alignment
+        base = (self._dev_next + align - 1) // align * align
         self._dev_next = base + max(size, 1) + (2 << 20)
-        alloc = DeviceAlloc(base, size, device)
+        alloc = DeviceAlloc(base, size, device, next(self.buffer_ids))
         bisect.insort(self._dev_bases, base)
         self._dev[base] = alloc
         self.space.add(Allocation(base, size, f"device{device}@{base:#x}", "device"))

@@ -35,6 +35,8 @@ from ..faults import register_points
 from . import errors as E
 from .cuda_driver import FakeDriver
 from .cuda_python_face import pointer_arg, unsigned_arg
+from .device_memory import device_range
+from .driver_memory_face import MEMORY_OUTPUTS, NOT_FOUND, DeviceMemoryCalls
 from .symbols import NotModelledError, not_modelled_stub, public_names, real_module, snapshot_names
 
 __all__ = ["DRIVER_OUTPUTS", "DRIVER_POINTS", "INVALID_CONTEXT", "RUNTIME_TWINS", "CudaDriverFace",
@@ -52,7 +54,7 @@ DRIVER_OUTPUTS: dict[str, int] = {
     "cuMemHostGetDevicePointer": 1, "cuPointerGetAttribute": 1, "cuGetErrorName": 1,
     "cuGetErrorString": 1, "cuDevicePrimaryCtxRetain": 1, "cuDevicePrimaryCtxRelease": 0,
     "cuCtxSetCurrent": 0, "cuCtxGetCurrent": 1, "cuCtxPushCurrent": 0, "cuCtxPopCurrent": 1,
-    "cuCtxGetDevice": 1,
+    "cuCtxGetDevice": 1, **MEMORY_OUTPUTS,
 }
 
 # fault points of this face, with the codes each call documents (cuda.h) [DOC]
@@ -77,6 +79,10 @@ RUNTIME_TWINS = {"cuMemHostRegister": "cudart.cudaHostRegister",
 # CUpointer_attribute numbers (cuda.h) [DOC]
 _PA_MEMORY_TYPE, _PA_DEVICE_POINTER, _PA_HOST_POINTER, _PA_IS_MANAGED = 2, 3, 4, 8
 _PA_DEVICE_ORDINAL, _PA_RANGE_START, _PA_RANGE_SIZE, _PA_MAPPED = 9, 11, 12, 13
+_PA_BUFFER_ID, _PA_GPU_DIRECT_RDMA_CAPABLE = 7, 15
+_PA_MODELLED = frozenset({_PA_MEMORY_TYPE, _PA_DEVICE_POINTER, _PA_HOST_POINTER, _PA_IS_MANAGED,
+                          _PA_DEVICE_ORDINAL, _PA_RANGE_START, _PA_RANGE_SIZE, _PA_MAPPED,
+                          _PA_BUFFER_ID, _PA_GPU_DIRECT_RDMA_CAPABLE})
 _MEMORYTYPE_HOST, _MEMORYTYPE_DEVICE = 1, 2
 
 
@@ -107,7 +113,8 @@ def _fallback_types() -> dict[str, Any]:
              700: "CUDA_ERROR_ILLEGAL_ADDRESS",
              712: "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
              713: "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", 800: "CUDA_ERROR_NOT_PERMITTED",
-             801: "CUDA_ERROR_NOT_SUPPORTED", 999: "CUDA_ERROR_UNKNOWN"}
+             801: "CUDA_ERROR_NOT_SUPPORTED", 999: "CUDA_ERROR_UNKNOWN",
+             NOT_FOUND: "CUDA_ERROR_NOT_FOUND"}
     result = _int_enum("CUresult", {v: k for k, v in names.items()})
     attribute = _int_enum("CUpointer_attribute", {
         "CU_POINTER_ATTRIBUTE_MEMORY_TYPE": 2, "CU_POINTER_ATTRIBUTE_DEVICE_POINTER": 3,
@@ -139,16 +146,22 @@ def _fallback_types() -> dict[str, Any]:
     class CUcontext(_Handle):
         pass
 
+    class CUmemGenericAllocationHandle(_Handle):
+        pass
+
     return {"CUresult": result, "CUpointer_attribute": attribute, "CUdeviceptr": CUdeviceptr,
-            "CUdevice": CUdevice, "CUcontext": CUcontext, "CU_MEMHOSTREGISTER_PORTABLE": 1,
+            "CUdevice": CUdevice, "CUcontext": CUcontext,
+            "CUmemGenericAllocationHandle": CUmemGenericAllocationHandle,
+            "CU_MEMHOSTREGISTER_PORTABLE": 1,
             "CU_MEMHOSTREGISTER_DEVICEMAP": 2, "CU_MEMHOSTREGISTER_IOMEMORY": 4,
             "CU_MEMHOSTREGISTER_READ_ONLY": 8}
 
 
-_TYPE_NAMES = ("CUresult", "CUpointer_attribute", "CUdeviceptr", "CUdevice", "CUcontext")
+_TYPE_NAMES = ("CUresult", "CUpointer_attribute", "CUdeviceptr", "CUdevice", "CUcontext",
+               "CUmemGenericAllocationHandle")
 
 
-class CudaDriverFace(types.ModuleType):
+class CudaDriverFace(DeviceMemoryCalls, types.ModuleType):
     """What ``from cuda.bindings import driver`` gives under the fake."""
 
     _kvreg_fake_module = True
@@ -377,25 +390,27 @@ class CudaDriverFace(types.ModuleType):
         return self._r(0), self.CUdeviceptr(entry.alias + (ptr - entry.base))
 
     def cuPointerGetAttribute(self, attribute: Any, ptr: Any) -> tuple[Any, Any]:
-        """Registered host and device memory; unregistered host memory -> 1 [DOC]."""
+        """Host and device memory, VMM ranges (§14.1); unregistered host memory -> 1 [DOC]."""
         attr = int(attribute)
         address = pointer_arg(ptr)
         code = self._ready_ctx()
         if code:
             return self._r(code), None
-        if attr not in (_PA_MEMORY_TYPE, _PA_DEVICE_POINTER, _PA_HOST_POINTER, _PA_IS_MANAGED,
-                        _PA_DEVICE_ORDINAL, _PA_RANGE_START, _PA_RANGE_SIZE, _PA_MAPPED):
+        if attr not in _PA_MODELLED:
             raise NotModelledError(
                 f"{_NAME}.cuPointerGetAttribute attribute {attr} is not modelled by kvreg's "
                 "fake; see COVERAGE.md")
         driver = self._kvreg_driver
-        dev = driver.device_owner(address)
+        dev = device_range(driver, address)
         if dev is not None:
+            # docs/cuda-runtime.md §14.1: RANGE_START/SIZE are the block, or the whole
+            # cuMemAddressReserve range of a VMM mapping [DOC]; BUFFER_ID unique [DOC]
             values: dict[int, Any] = {
                 _PA_MEMORY_TYPE: _MEMORYTYPE_DEVICE, _PA_DEVICE_POINTER: self.CUdeviceptr(address),
                 _PA_HOST_POINTER: None, _PA_IS_MANAGED: False, _PA_DEVICE_ORDINAL: dev.device,
-                _PA_RANGE_START: self.CUdeviceptr(dev.base), _PA_RANGE_SIZE: dev.size,
-                _PA_MAPPED: True}
+                _PA_RANGE_START: self.CUdeviceptr(dev.range_base), _PA_RANGE_SIZE: dev.range_size,
+                _PA_MAPPED: True, _PA_BUFFER_ID: dev.buffer_id,
+                _PA_GPU_DIRECT_RDMA_CAPABLE: dev.rdma_capable}
         else:
             entry = driver.pinned.containing(address)
             if entry is None:
@@ -409,6 +424,10 @@ class CudaDriverFace(types.ModuleType):
                 _PA_DEVICE_ORDINAL: entry.device,
                 _PA_RANGE_START: self.CUdeviceptr(entry.base), _PA_RANGE_SIZE: entry.size,
                 _PA_MAPPED: True}
+            if attr not in values:     # buffer ids of pinned host memory: not modelled
+                raise NotModelledError(
+                    f"{_NAME}.cuPointerGetAttribute attribute {attr} of host memory is not "
+                    "modelled by kvreg's fake; see COVERAGE.md")
         value = values[attr]
         if value is None:             # a host pointer of device memory
             return self._r(E.INVALID_VALUE), None

@@ -34,6 +34,7 @@ from .cuda_driver import FakeDriver
 from .cuda_machine import looks_like_cuda
 from .cuda_python_face import OUTPUTS, CudaBindingsFace
 from .cuda_runtime import FakeRuntime
+from .device_memory import GpuMemory
 from .driver_face import DRIVER_OUTPUTS, RUNTIME_TWINS, CudaDriverFace
 from .pinned_query import patch_is_pinned
 from .profile import DeviceProfile
@@ -184,6 +185,11 @@ class FakeCuda:
         return self.faults.arm(point, error=error, nth=nth, **kwargs)
 
     # -- reports ------------------------------------------------------------------------------
+    def gpu_memory(self) -> GpuMemory:
+        """This fake's device memory as an RDMA node sees it: ``node.attach_gpu(
+        fake.gpu_memory())`` (docs/cuda-runtime.md §14.4)."""
+        return GpuMemory(self.driver)
+
     def live_registrations(self) -> list[LiveRegistration]:
         out = []
         for entry in self.driver.live_registrations():

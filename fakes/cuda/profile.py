@@ -115,6 +115,26 @@ class DeviceProfile:
     # "main": the patching thread; "worker": a fresh thread per call, on which nothing made a
     # context current (LMCache PR #5169's heartbeat thread, Mooncake PR #2034)
     register_thread: Literal["main", "worker"] = "main"
+    # -- device memory and GPUDirect RDMA (docs/cuda-runtime.md §14) ------------------------
+    # §14.1: cudaMalloc / cuMemAlloc bases: at least 256 B aligned [DOC: CUDA C++ Programming
+    # Guide, "Device Memory Accesses"]; 2 MiB as large blocks are seen [OBS-ext]
+    malloc_alignment: int = 2 << 20
+    # §14.2: cuMemGetAllocationGranularity, minimum and recommended: 2 MiB [OBS-ext]
+    vmm_granularity: int = 2 << 20
+    # §14.3: cuMemGetHandleForAddressRange wants dptr and size aligned to the host page [DOC]
+    host_page_size: int = 4096
+    # §14.3: CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED (the open kernel modules) [DOC]
+    dma_buf_supported: bool = True
+    # §14.4: nvidia-peermem loaded, so ibv_reg_mr can pin device memory; without it the
+    # kernel falls back to pinning host pages and fails with EFAULT [OBS-ext]
+    peermem: bool = True
+    # §14.4: BAR1, the window GPUDirect RDMA mappings take (nvidia-smi -q "BAR1 Memory
+    # Usage"); the driver keeps some for itself [DOC: GPUDirect RDMA guide]
+    bar1_size: int = 256 * GiB
+    bar1_reserved: int = 0
+    # §14.4 [UNC]: the errno of an ibv_reg_mr past BAR1: EFAULT as reported (ucx #8049,
+    # nv_peer_memory #27); ENOMEM as the project's issue 28 states it
+    bar1_exhausted_errno: int = 14
     notes: dict[str, str] = field(default_factory=dict)
 
     def replace(self, **changes: Any) -> DeviceProfile:
@@ -166,6 +186,22 @@ PROFILES: dict[str, DeviceProfile] = {
         per_call_limit=None,
         bindings_major=12,
     ),
+    "t4-small-bar1": DeviceProfile(
+        name="t4-small-bar1",
+        description="T4 (16 GB) with a 256 MiB BAR1: GPUDirect RDMA MRs past it fail "
+                    "(nv_peer_memory #101) [OBS-ext]",
+        device_name="Tesla T4",
+        total_memory=15_843_721_216,
+        bar1_size=256 << 20,
+        # [UNC] "fails around 200MB" of 256 MiB (nv_peer_memory #101): the driver's own share
+        bar1_reserved=32 << 20,
+    ),
+    "no-peermem": DeviceProfile(
+        name="no-peermem",
+        description="H200 without nvidia-peermem: ibv_reg_mr on device memory gives EFAULT "
+                    "(perftest #126) [OBS-ext]; dma-buf still works",
+        peermem=False,
+    ),
     "wsl2": DeviceProfile(
         name="wsl2",
         description="WSL2 GPU-PV: registered memory has a device alias != host VA",
@@ -207,6 +243,7 @@ UNC_OPTIONS: dict[str, tuple[Any, ...]] = {
     # not [UNC]: facts of the process a scenario chooses
     "torch_cudart": ("shared", "bundled", "private"),        # §6.1
     "register_thread": ("main", "worker"),                   # §13.4
+    "bar1_exhausted_errno": (14, 12),                        # §14.4: EFAULT, ENOMEM
 }
 
 

@@ -23,7 +23,7 @@ from contextlib import ExitStack, contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 from ..doors import Door, FacadeModule
-from . import addr, cq, errors, mr, pd, qp, qp_attr, qp_ex, strings, wr
+from . import addr, cq, dmabuf_mr, errors, mr, pd, qp, qp_attr, qp_ex, strings, wr
 from .device import (
     Device,
     DeviceAttr,
@@ -49,7 +49,7 @@ NOT_MODELLED: dict[str, tuple[str, ...]] = {
                        "CQModerationCaps", "PCIAtomicCaps", "PacketPacingCaps", "RSSCaps",
                        "TMCaps", "rdma_get_devices"),
     # MREx: newer than rdma-core v44 (docs/mooncake-verbs.md §4.4)
-    "pyverbs.mr": ("MREx", "DmaBufMR", "DMMR", "MW", "MWBindInfo", "MWBind", "mwtype2str"),
+    "pyverbs.mr": ("MREx", "DMMR", "MW", "MWBindInfo", "MWBind", "mwtype2str"),
     "pyverbs.cq": ("WcTmInfo",),
     "pyverbs.qp": ("DataBuffer", "ECE"),
     "pyverbs.addr": ("AH", "GRH"),
@@ -117,9 +117,12 @@ def build_modules(node: Node) -> dict[str, types.ModuleType]:
         "pyverbs.pd": _module("pyverbs.pd", "protection domains",
                               {"PD": pd.PD, **_EXC, **errno_fn}),
         "pyverbs.mr": _module("pyverbs.mr", "memory regions", {
-            "MR": mr.MR, "rereg_error_to_str": strings.rereg_error_to_str,
+            "MR": mr.MR, "DmaBufMR": dmabuf_mr.DmaBufMR,
+            "rereg_error_to_str": strings.rereg_error_to_str,
             "HUGE_PAGE_SIZE": 2 << 20, **_EXC,
             **errno_fn}),
+        "pyverbs.dmabuf": _module("pyverbs.dmabuf", "DRM dma-buf allocation", {
+            "DmaBuf": dmabuf_mr.bind_dmabuf(node), "PyverbsRDMAErrno": _rdma_errno}),
         "pyverbs.cq": _module("pyverbs.cq", "completion queues", {
             "CQ": cq.CQ, "WC": cq.WC, "CompChannel": cq.CompChannel, "CQEX": cq.CQEX,
             "CqInitAttrEx": cq.CqInitAttrEx, "PollCqAttr": cq.PollCqAttr, **_fns(_CQ_STR),
@@ -160,9 +163,9 @@ def _rdma_errno(msg: str) -> errors.PyverbsRDMAError:
 
 
 MODELLED: tuple[str, ...] = ("pyverbs", "pyverbs.pyverbs_error", "pyverbs.device",
-                             "pyverbs.pd", "pyverbs.mr", "pyverbs.cq", "pyverbs.qp",
-                             "pyverbs.wr", "pyverbs.addr", "pyverbs.base", "pyverbs.utils",
-                             "pyverbs.enums", "pyverbs.libibverbs_enums")
+                             "pyverbs.pd", "pyverbs.mr", "pyverbs.dmabuf", "pyverbs.cq",
+                             "pyverbs.qp", "pyverbs.wr", "pyverbs.addr", "pyverbs.base",
+                             "pyverbs.utils", "pyverbs.enums", "pyverbs.libibverbs_enums")
 
 
 class _Refuser(importlib.abc.MetaPathFinder):
@@ -214,7 +217,8 @@ def patch_modules(modules: Mapping[str, types.ModuleType], root: str) -> Iterato
                 sys.modules[name] = old
 
 
-_BOUND = {"pyverbs.device": ("Context",)}   # classes bound to one node (bind_context)
+# classes bound to one node (bind_context, bind_dmabuf)
+_BOUND = {"pyverbs.device": ("Context",), "pyverbs.dmabuf": ("DmaBuf",)}
 
 
 def door_modules(modules: Mapping[str, types.ModuleType], bound: Mapping[str, Sequence[str]],

@@ -30,13 +30,27 @@ from .profiles import NicProfile
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["PAGE_SIZE", "REAL_ALLOC_LIMIT", "FabricLike", "LiveMR", "MrRecord", "Nic", "Node",
-           "Port"]
+__all__ = ["PAGE_SIZE", "REAL_ALLOC_LIMIT", "FabricLike", "GpuLike", "LiveMR", "MrRecord", "Nic",
+           "Node", "Port"]
 
 PAGE_SIZE = 4096
 U64 = 1 << 64
 # pyverbs-allocated MR buffers up to this size are real memory; bigger ones are virtual
 REAL_ALLOC_LIMIT = 256 << 20
+
+
+class GpuLike(Protocol):
+    """A node's GPUs as its NICs see them (kvreg.fakes.cuda.device_memory.GpuMemory):
+    whether an address is device memory, and what nvidia-peermem does pinning it."""
+
+    @property
+    def peermem(self) -> bool: ...
+
+    def owns(self, ptr: int) -> bool: ...
+
+    def peer_check(self, ptr: int, length: int) -> tuple[int, int, int]: ...
+
+    def peer_charge(self, device: int, nbytes: int) -> None: ...
 
 
 class FabricLike(Protocol):
@@ -83,6 +97,12 @@ class MrRecord:
     npages: int        # pages charged to RLIMIT_MEMLOCK (0 for on-demand paging)
     owner: str         # "pyverbs" or "mooncake"
     live: bool = True
+    # device memory pinned through nvidia-peermem: the GPU and the BAR1 bytes it holds
+    gpu_device: int = -1
+    gpu_bytes: int = 0
+    dmabuf_fd: int = -1   # ibv_reg_dmabuf_mr: the dma-buf it imported
+    # where the process sees the byte at iova X: X + host_delta (a DRM dma-buf's mapping)
+    host_delta: int = 0
 
     @property
     def end(self) -> int:
@@ -174,12 +194,31 @@ class Nic:
                 f"Failed to register a MR. length: {length}, access flags: {access}", code)
         key = next(self._keys)
         odp = bool(access & V.ibv_access_flags.IBV_ACCESS_ON_DEMAND)
+        gpu_device, gpu_bytes = self._gpu_pin(addr, length)
         rec = MrRecord(self, pd_id, addr, length, self._effective_access(access), key, key,
-                       0 if odp else _npages(addr, length), owner)
+                       0 if odp or gpu_device >= 0 else _npages(addr, length), owner,
+                       gpu_device=gpu_device, gpu_bytes=gpu_bytes)
         self._mrs[key] = rec
         self.node.pinned_pages += rec.npages
         self.node.fabric.trace.append(self.face, "reg_mr", args, 0, key, False)
         return rec
+
+    def _gpu_pin(self, addr: int, length: int) -> tuple[int, int]:
+        """(device, BAR1 bytes) nvidia-peermem pinned for a new MR; (-1, 0) for host memory."""
+        gpu = self.node.gpu
+        if gpu is None or not gpu.owns(addr):
+            return -1, 0
+        _, device, nbytes = gpu.peer_check(addr, length)
+        gpu.peer_charge(device, nbytes)
+        return device, nbytes
+
+    def adopt(self, rec: MrRecord) -> MrRecord:
+        """Enter an MR another registration path built (ibv_reg_dmabuf_mr) in the table."""
+        self._mrs[rec.lkey] = rec
+        return rec
+
+    def new_key(self) -> int:
+        return next(self._keys)
 
     def rereg_mr(self, rec: MrRecord, addr: int, length: int, access: int,
                  pd_id: int) -> int:
@@ -220,6 +259,8 @@ class Nic:
         if rec.live and self._mrs.pop(rec.lkey, None) is rec:
             rec.live = False
             self.node.pinned_pages -= rec.npages
+            if rec.gpu_bytes and self.node.gpu is not None:
+                self.node.gpu.peer_charge(rec.gpu_device, -rec.gpu_bytes)
 
     def _effective_access(self, access: int) -> int:
         # §4.6: optional-range bits are silently masked when the device lacks them
@@ -256,7 +297,13 @@ class Nic:
         # §5.2: addr+len or its page-aligned end overflows
         if addr + length > U64 or _page_up(addr + length) > U64:
             return p.overflow_errno
-        if not odp:
+        gpu = self.node.gpu
+        if gpu is not None and gpu.owns(addr):
+            # §5.5: device memory is pinned by nvidia-peermem, or not at all (EFAULT)
+            err = gpu.peer_check(addr, length)[0]
+            if err:
+                return err
+        elif not odp:
             err = self.node.memlock_errno(_npages(addr, length))
             if err:
                 return err
@@ -299,6 +346,10 @@ class Node:
         # False: a machine without the kernel RDMA stack, where ibv_get_device_list returns
         # NULL and pyverbs raises (§4.3)
         self.rdma_stack = True
+        # the process's GPUs (Node.attach_gpu; docs/mooncake-verbs.md §5.5): None, no GPU
+        self.gpu: GpuLike | None = None
+        # DRM render nodes /dev/dri/renderD128... pyverbs' DmaBuf allocates from (§5.6)
+        self.drm_render_nodes = 0
         self.pinned_pages = 0
         self.nics: dict[str, Nic] = {}
         self._allocs: dict[int, np.ndarray] = {}
@@ -308,6 +359,11 @@ class Node:
         return f"Node({self.name!r}, nics={list(self.nics)})"
 
     # -- memory -----------------------------------------------------------------------
+    def attach_gpu(self, gpu: GpuLike | None) -> None:
+        """Let this node's NICs see a fake CUDA driver's device memory (``FakeCuda``'s
+        ``gpu_memory()``): MRs over it follow nvidia-peermem's rules (§5.5)."""
+        self.gpu = gpu
+
     def track(self, obj: Any, *, name: str = "") -> Any:
         """Name a real buffer in traces and leak reports (optional: registered process
         memory is read and written in place whether tracked or not)."""

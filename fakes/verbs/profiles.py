@@ -88,6 +88,9 @@ class NicProfile:
     # bit 1 IBV_ODP_SUPPORT_IMPLICIT) and the per-transport bits (ibv_odp_transport_cap_bits)
     odp_general_caps: int = 0
     odp_rc_caps: int = 0
+    # §5.6: the provider implements ibv_reg_dmabuf_mr (mlx5, efa, bnxt_re, irdma, ionic,
+    # mana in rdma-core's providers/); others answer libibverbs' dummy op: EOPNOTSUPP
+    dmabuf_supported: bool = True
     notes: Mapping[str, str] = field(default_factory=dict)
 
     def device_attrs(self, **overrides: Any) -> dict[str, Any]:
@@ -128,7 +131,7 @@ _PROFILES = [
                # DEFAULT_MAX_VALUE); the smallest is the conservative default.
                "max_mr": 0x1000},
         link_layer=2, enforce_max_mr_size=False, mr_exhausted_errno=errno.ENOMEM,
-        relaxed_ordering_supported=False,
+        relaxed_ordering_supported=False, dmabuf_supported=False,
         # rxe_qp_chk_init: RC, UC, UD (and the kernel's GSI) only
         qp_types=frozenset({2, 3, 4}), qp_access_violation_status=9,
         notes={"max_mr": "[uncertain] kernel-dependent; smallest known value",
@@ -146,6 +149,7 @@ _PROFILES = [
         attrs={"max_mr_size": 64 * GiB, "vendor_id": 0x1DED},
         link_layer=2, enforce_max_mr_size=True, oversize_errno=errno.EINVAL,
         mr_exhausted_errno=errno.ENOMEM, relaxed_ordering_supported=False,
+        dmabuf_supported=False,
         notes={"oversize_errno": "[uncertain] EINVAL in kernel source; a user saw EIO (§1.9)"}),
     NicProfile(
         "efa", "AWS EFA: checks max_mr_size and returns EINVAL above it (§5.2)",

@@ -97,6 +97,16 @@ def _local_ok(nic: Nic, pd_id: int, sges: list[SGE], need: int) -> bool:
     return True
 
 
+def _segments(nic: Nic, sges: list[SGE]) -> list[Segment]:
+    """Where the process sees each SGE's bytes: its address, or for an MR over a dma-buf
+    with bytes the dma-buf's mapping at the SGE's iova (docs/mooncake-verbs.md §5.6)."""
+    out = []
+    for s in sges:
+        rec = nic.mr_by_key(s.lkey)
+        out.append((nic.node.space, s.addr + (rec.host_delta if rec else 0), s.length))
+    return out
+
+
 def _peer(qp: QP) -> QP | None:
     ah = qp.attr.ah_attr
     hit = qp.nic.node.fabric.find_port(lid=ah.dlid, gid=ah.dgid if ah.is_global else None)
@@ -174,7 +184,7 @@ def execute_send(qp: QP, wr: SendWR) -> WC | None:
     peer = _peer(qp)
     if peer is None:
         return done(int(St.IBV_WC_RETRY_EXC_ERR))
-    local = [(nic.node.space, s.addr, s.length) for s in sges]
+    local = _segments(nic, sges)
     pspace = peer.nic.node.space
     if opcode == Op.IBV_WR_SEND:
         return _send(qp, peer, wr, local, total, done)
@@ -192,7 +202,7 @@ def execute_send(qp: QP, wr: SendWR) -> WC | None:
     if rec is None or rec.pd_id != peer.pd.pd_id or not rec.contains(wr.remote_addr, total) \
             or not rec.access & want:
         return done(int(St.IBV_WC_REM_ACCESS_ERR))
-    remote = [(pspace, wr.remote_addr, total)]
+    remote = [(pspace, wr.remote_addr + rec.host_delta, total)]
     moved = _move(remote, local) if opcode == Op.IBV_WR_RDMA_WRITE else _move(local, remote)
     return done(int(St.IBV_WC_SUCCESS), data=moved)
 
@@ -215,8 +225,7 @@ def _send(qp: QP, peer: QP, wr: SendWR, local: list[Segment], total: int,
         peer.rcq.push(recv_wc)
         peer.set_error()
         return finish(int(St.IBV_WC_REM_INV_REQ_ERR))
-    pspace = peer.nic.node.space
-    moved = _move([(pspace, s.addr, s.length) for s in rsges], local)
+    moved = _move(_segments(peer.nic, rsges), local)
     recv_wc.byte_len = total
     peer.rcq.push(recv_wc)
     return finish(int(St.IBV_WC_SUCCESS), data=moved)
