@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from bisect import bisect_left
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -187,10 +188,13 @@ def buffer_ends(r: RunRecord) -> list[BufferEnd]:
               and e.api in REGISTER_APIS | UNREGISTER_APIS]
     live = live_ranges(events)
     regs = [e for e in r.trace if e.api in REGISTER_APIS]
+    seqs = [e.seq for e in regs]
+    ordered = seqs == sorted(seqs)   # threads may record their calls out of order
     out = []
     for b in r.buffers:
         end = b.base + b.spec.nbytes
-        mine = [e for e in regs if b.seq_start <= e.seq < b.seq_end]
+        mine = regs[bisect_left(seqs, b.seq_start):bisect_left(seqs, b.seq_end)] if ordered \
+            else [e for e in regs if b.seq_start <= e.seq < b.seq_end]
         failed = mark_superseded(
             [FailedCall(e.seq, e.api, int(e.args[0]), int(e.args[1]), int(e.code),
                         error_name(int(e.code)), error_string(int(e.code)))
