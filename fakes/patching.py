@@ -24,8 +24,8 @@ from typing import Any
 from .cuda.symbols import remember_real
 from .doors import Door, FacadeModule
 
-__all__ = ["CTYPES_DOOR", "DRIVER_DOOR", "RUNTIME_DOOR", "TORCH_DOOR", "patch_attr",
-           "patch_ctypes_cudart", "patch_cuda_bindings", "patch_torch_cudart",
+__all__ = ["CTYPES_DOOR", "DRIVER_DOOR", "RUNTIME_DOOR", "TORCH_DOOR", "cannot_open",
+           "patch_attr", "patch_ctypes_cudart", "patch_cuda_bindings", "patch_torch_cudart",
            "torch_cudart_facade"]
 
 _MISSING = object()
@@ -192,8 +192,17 @@ class _PatchedCDLL(_REAL_CDLL, metaclass=_SameClassChecks):
     def __new__(cls, name: Any, *args: Any, **kwargs: Any) -> Any:
         door = CTYPES_DOOR
         if door.stack and door.info[-1]["is_cudart"](name):
+            if not door.info[-1]["loads"](str(name)):
+                raise OSError(cannot_open(str(name)))
             return _facade_lib(str(name))
         return super().__new__(cls)
+
+
+def cannot_open(name: str) -> str:
+    """dlopen's message (what ``ctypes.CDLL`` raises as OSError) for a name no directory
+    of the loader's search holds: glibc's "cannot open shared object file" and strerror
+    (ENOENT) [OBS-local], docs/cuda-runtime.md §6.3."""
+    return f"{name}: cannot open shared object file: No such file or directory"
 
 
 def _facade_lib(name: str) -> Any:
@@ -216,23 +225,30 @@ def _facade_lib(name: str) -> Any:
 
 def _find_library(name: str) -> str | None:
     if name in ("cudart", "libcudart") and CTYPES_DOOR.stack:
-        return str(CTYPES_DOOR.info[-1]["soname"])
+        soname: str | None = CTYPES_DOOR.info[-1]["soname"]
+        return soname
     return _REAL_FIND(name)
+
+
+def _always(name: str) -> bool:
+    return True
 
 
 @contextmanager
 def patch_ctypes_cudart(faces: Callable[[str], Any], *, is_cudart: Any,
-                        soname: str) -> Iterator[None]:
+                        soname: str | None,
+                        loads: Callable[[str], bool] = _always) -> Iterator[None]:
     """Loading libcudart through ctypes reaches ``faces(name)`` (the recorded face and the raw
     one of the runtime that library name stands for); other libraries load normally.
 
     Covers ``ctypes.CDLL(name)``, ``ctypes.cdll.LoadLibrary(name)`` (and
     ``ctypes.cdll.<name>``), and ``ctypes.util.find_library("cudart")``, which answers
-    ``soname``. A ``CDLL`` class bound before the first patch of the process is the
-    caller's to patch.
+    ``soname``. A libcudart name that ``loads`` refuses raises OSError as dlopen's does. A
+    ``CDLL`` class bound before the first patch of the process is the caller's to patch.
     """
     with ExitStack() as stack:
-        stack.enter_context(CTYPES_DOOR.entered(faces, is_cudart=is_cudart, soname=soname))
+        stack.enter_context(CTYPES_DOOR.entered(faces, is_cudart=is_cudart, soname=soname,
+                                                loads=loads))
         stack.enter_context(patch_attr(ctypes, "CDLL", _PatchedCDLL))
         stack.enter_context(patch_attr(ctypes.cdll, "_dlltype", _PatchedCDLL))
         stack.enter_context(patch_attr(ctypes.util, "find_library", _find_library))

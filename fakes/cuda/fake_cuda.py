@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..address_space import AddressSpace
 from ..doors import PROCESS, enlist, make_stale
 from ..faults import FaultPlan, FaultRule
-from ..patching import patch_ctypes_cudart, patch_cuda_bindings, patch_torch_cudart
+from ..patching import cannot_open, patch_ctypes_cudart, patch_cuda_bindings, patch_torch_cudart
 from ..protocol import leak_text
 from ..recorder import Intercepted, Trace
 from . import errors as E
@@ -148,6 +148,12 @@ class FakeCuda:
         # a path is torch's object only when it is the nvidia-cuda-runtime package's file
         return "/" not in name or _NVIDIA_RUNTIME_DIR.search(name) is not None
 
+    def libcudart_loads(self, name: str) -> bool:
+        """Whether ``dlopen(name)`` finds a libcudart at all (docs/cuda-runtime.md §6.3):
+        always with a toolkit installed; with PyPI's wheels alone only torch's object (its
+        soname, its file), as nothing else named libcudart is on the loader path."""
+        return self.profile.libcudart_install == "toolkit" or self.is_torch_libcudart(name)
+
     def libcudart_faces(self, name: str) -> tuple[Any, CtypesCudartFace]:
         """(recorded face, raw face) of the runtime instance a libcudart name loads: torch's
         where the dynamic loader returns torch's object (:meth:`is_torch_libcudart`), the
@@ -161,13 +167,23 @@ class FakeCuda:
     def load_libcudart(self, name: str = "libcudart.so") -> FakeCudartLibrary:
         """A libcudart bound to this fake alone (under ``patch()``, ``ctypes.CDLL(name)``
         gives the process's one library for that name, reaching the fake patched in)."""
+        if not self.libcudart_loads(name):
+            raise OSError(cannot_open(name))
         face, raw = self.libcudart_faces(name)
         return FakeCudartLibrary(name, face, raw)
 
     @property
     def libcudart_soname(self) -> str:
-        """What ``ctypes.util.find_library("cudart")`` answers: ``libcudart.so.<major>``."""
+        """The soname the ld.so cache lists for a toolkit's libcudart:
+        ``libcudart.so.<major>``."""
         return f"libcudart.so.{self.profile.runtime_version // 1000}"
+
+    @property
+    def found_libcudart(self) -> str | None:
+        """What ``ctypes.util.find_library("cudart")`` answers: the toolkit's soname from the
+        ld.so cache; None with PyPI's wheels alone (no cache entry, no file on a path that
+        gcc or ld search: CPython Lib/ctypes/util.py) [INF]."""
+        return self.libcudart_soname if self.profile.libcudart_install == "toolkit" else None
 
     # -- faults -------------------------------------------------------------------------------
     def inject(self, api: str, *, nth: int | None = None, error: int | str | Any = None,
@@ -228,7 +244,8 @@ class FakeCuda:
             driver.runtime_enter()
         with ExitStack() as stack:
             stack.enter_context(patch_ctypes_cudart(
-                self.libcudart_faces, is_cudart=is_libcudart, soname=self.libcudart_soname))
+                self.libcudart_faces, is_cudart=is_libcudart, soname=self.found_libcudart,
+                loads=self.libcudart_loads))
             if torch:
                 stack.enter_context(patch_torch_cudart(
                     self.torch, env=self.profile.env, device_count=self.profile.device_count))

@@ -106,6 +106,13 @@ class DeviceProfile:
     # torch's instance only, so an error left there is a warning; "read": another component
     # of the process opens the same library and checks its last error, a failure [UNC]
     private_cudart_error: Literal["unread", "read"] = "unread"
+    # docs/cuda-runtime.md §6.3: where libcudart files come from, so which names
+    # ctypes.CDLL loads at all. "toolkit": a CUDA toolkit's libcudart.so and
+    # libcudart.so.<major> on the loader path and in the ld.so cache, every libcudart name
+    # loads; "pypi-only": only the nvidia-cuda-runtime wheel torch loaded by path (it ships
+    # libcudart.so.<major> alone [OBS-local]), so only a name or file that is torch's loaded
+    # object loads, any other raises OSError, and find_library("cudart") answers None [INF]
+    libcudart_install: Literal["toolkit", "pypi-only"] = "toolkit"
     # docs/cuda-runtime.md §13: what the thread that patches the fake in has current.
     # "primary": the device's primary context, as on a serving engine's main thread after
     # torch allocated device memory there (the runtime makes it current, §13.2); "none": a
@@ -242,6 +249,7 @@ UNC_OPTIONS: dict[str, tuple[Any, ...]] = {
     "private_cudart_error": ("unread", "read"),             # §6.2
     # not [UNC]: facts of the process a scenario chooses
     "torch_cudart": ("shared", "bundled", "private"),        # §6.1
+    "libcudart_install": ("toolkit", "pypi-only"),           # §6.3
     "register_thread": ("main", "worker"),                   # §13.4
     "bar1_exhausted_errno": (14, 12),                        # §14.4: EFAULT, ENOMEM
 }

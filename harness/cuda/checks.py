@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from bisect import bisect_left
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -38,6 +39,7 @@ from kvreg.harness.run.endstate import (
     rollback_phrase,
     teardown_raised,
 )
+from kvreg.harness.run.rejection import RejectionWords, check_rejection
 from kvreg.harness.run.result import Violation
 from kvreg.harness.run.rules import (
     ORDER_RELEASE,
@@ -186,10 +188,13 @@ def buffer_ends(r: RunRecord) -> list[BufferEnd]:
               and e.api in REGISTER_APIS | UNREGISTER_APIS]
     live = live_ranges(events)
     regs = [e for e in r.trace if e.api in REGISTER_APIS]
+    seqs = [e.seq for e in regs]
+    ordered = seqs == sorted(seqs)   # threads may record their calls out of order
     out = []
     for b in r.buffers:
         end = b.base + b.spec.nbytes
-        mine = [e for e in regs if b.seq_start <= e.seq < b.seq_end]
+        mine = regs[bisect_left(seqs, b.seq_start):bisect_left(seqs, b.seq_end)] if ordered \
+            else [e for e in regs if b.seq_start <= e.seq < b.seq_end]
         failed = mark_superseded(
             [FailedCall(e.seq, e.api, int(e.args[0]), int(e.args[1]), int(e.code),
                         error_name(int(e.code)), error_string(int(e.code)))
@@ -377,44 +382,29 @@ def _unexpected(c: _Run) -> list[Violation]:
     return []
 
 
+_WORDS = RejectionWords("granularity", "granularity", "chunk limit", "limit",
+                        "cudaHostRegister", "; it must raise before any call")
+
+
+def _rejection(rule_name: str, c: _Run) -> list[Violation]:
+    return check_rejection(rule_name, _WORDS, c.r.expect, c.r.limit, c.r.buffers,
+                           lambda b: b.spec.name, c.regs)
+
+
 @rule("not-rejected", target=TARGET, doc="harness/run/contract.py")
 def _not_rejected(c: _Run) -> list[Violation]:
     """The first buffer whose granularity exceeds the limit must raise before any call."""
-    r = c.r
-    if r.expect != "rejected" or _first_raised(r) is not None:
-        return []
-    big = next((b for b in r.buffers if b.granularity is not None and b.granularity > r.limit),
-               None)
-    what = f"granularity {big.granularity} of {big.spec.name}" if big is not None \
-        else "every buffer"
-    return [Violation("not-rejected", f"register() accepted {what} with chunk limit "
-                      f"{r.limit}; it must raise before any call",
-                      r.buffers[-1].seq_end if r.buffers else 0)]
+    return _rejection("not-rejected", c)
 
 
 @rule("rejected-too-late", target=TARGET, doc="harness/run/contract.py")
 def _too_late(c: _Run) -> list[Violation]:
-    b = _first_raised(c.r)
-    if c.r.expect != "rejected" or b is None:
-        return []
-    calls = [e for e in c.regs if b.seq_start <= e.seq < b.seq_end]
-    if not calls:
-        return []
-    return [Violation("rejected-too-late", f"register() of {b.spec.name} made {len(calls)} "
-                      f"cudaHostRegister call(s) before rejecting granularity "
-                      f"{b.granularity} > limit {c.r.limit}", calls[0].seq)]
+    return _rejection("rejected-too-late", c)
 
 
 @rule("rejected-wrong-error", target=TARGET, doc="harness/run/contract.py")
 def _wrong_error(c: _Run) -> list[Violation]:
-    b = _first_raised(c.r)
-    if c.r.expect != "rejected" or b is None or isinstance(b.error, ValueError) \
-            or any(b.seq_start <= e.seq < b.seq_end for e in c.regs):
-        return []
-    assert b.error is not None
-    return [Violation("rejected-wrong-error", f"register() of {b.spec.name} rejected the "
-                      f"granularity with {exc_text(b.error)}; expected ValueError",
-                      b.seq_end)]
+    return _rejection("rejected-wrong-error", c)
 
 
 @rule("registered", target=TARGET, doc="docs/cuda-runtime.md §2.2")

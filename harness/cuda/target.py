@@ -40,7 +40,7 @@ class CudaTarget:
         return options.process_config(sc)
 
     def import_scope(self, config: ProcessConfig) -> AbstractContextManager[Any]:
-        return FakeCuda(config.machine[0] if config.machine else None).patch()
+        return FakeCuda(options.machine_profile(config)).patch()
 
     def validate_options(self, options_: Mapping[str, Any]) -> list[str]:
         return options.validate_options(options_)

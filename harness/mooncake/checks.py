@@ -36,6 +36,7 @@ from kvreg.harness.run.endstate import (
     rollback_phrase,
     teardown_raised,
 )
+from kvreg.harness.run.rejection import RejectionWords, check_rejection
 from kvreg.harness.run.result import Violation
 from kvreg.harness.run.rules import (
     ORDER_RELEASE,
@@ -373,41 +374,29 @@ def _unexpected(c: _Mc) -> list[Violation]:
     return []
 
 
+_WORDS = RejectionWords("object stride", "stride", "MR limit", "MR limit", "register_buffer",
+                        ": no seam can keep an object inside one MR, so it must raise "
+                        "ValueError before any call")
+
+
+def _rejection(rule_name: str, c: _Mc) -> list[Violation]:
+    return check_rejection(rule_name, _WORDS, c.r.expect, c.r.limit, c.r.buffers,
+                           lambda b: b.pool.label, c.regs)
+
+
 @rule("not-rejected", target=TARGET, doc="harness/run/contract.py")
 def _not_rejected(c: _Mc) -> list[Violation]:
-    r = c.r
-    if r.expect != "rejected" or _first_raised(r) is not None:
-        return []
-    big = next((b for b in r.buffers if b.granularity > r.limit), None)
-    what = (f"object stride {big.granularity} of {big.pool.label}" if big is not None
-            else "every buffer")
-    return [Violation("not-rejected", f"register() accepted {what} with MR limit {r.limit}: "
-                      "no seam can keep an object inside one MR, so it must raise ValueError "
-                      "before any call", r.buffers[-1].seq_end if r.buffers else 0)]
+    return _rejection("not-rejected", c)
 
 
 @rule("rejected-too-late", target=TARGET, doc="harness/run/contract.py")
 def _too_late(c: _Mc) -> list[Violation]:
-    b = _first_raised(c.r)
-    if c.r.expect != "rejected" or b is None:
-        return []
-    made = [e for e in c.regs if b.seq_start <= e.seq < b.seq_end]
-    if not made:
-        return []
-    return [Violation("rejected-too-late", f"register() of {b.pool.label} made {len(made)} "
-                      f"register_buffer call(s) before rejecting object stride "
-                      f"{b.granularity} > MR limit {c.r.limit}", made[0].seq)]
+    return _rejection("rejected-too-late", c)
 
 
 @rule("rejected-wrong-error", target=TARGET, doc="harness/run/contract.py")
 def _wrong_error(c: _Mc) -> list[Violation]:
-    b = _first_raised(c.r)
-    if c.r.expect != "rejected" or b is None or b.error is None \
-            or isinstance(b.error, ValueError) \
-            or any(b.seq_start <= e.seq < b.seq_end for e in c.regs):
-        return []
-    return [Violation("rejected-wrong-error", f"register() of {b.pool.label} rejected the "
-                      f"stride with {exc_text(b.error)}; expected ValueError", b.seq_end)]
+    return _rejection("rejected-wrong-error", c)
 
 
 @rule("registered", target=TARGET, doc="docs/mooncake-verbs.md §1.7")

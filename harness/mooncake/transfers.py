@@ -12,6 +12,7 @@ sends the pages not inside one MR plus the first and the last, a small real pool
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -328,12 +329,38 @@ def _call(store: Any, batch: Batch, bufs: Sequence[PoolBuffer], put: bool
         keys, all_ptrs, all_sizes))
 
 
-def fill_pattern(bufs: Sequence[PoolBuffer], seed: int) -> None:
+# the byte patterns drawn so far, by (seed, buffer sizes): the catalog's Mooncake scenarios
+# share a few pool sizes, and drawing the random bytes was a quarter of such a scenario
+_PATTERNS: OrderedDict[tuple[int, tuple[int, ...]], tuple[Bytes, ...]] = OrderedDict()
+_PATTERN_BYTES = 64 << 20   # what the kept patterns may hold together
+
+
+def _patterns(seed: int, sizes: tuple[int, ...]) -> tuple[Bytes, ...]:
+    """Random bytes for buffers of ``sizes``, drawn in order from one generator of ``seed``
+    (read-only arrays, kept for the next pool of the same sizes)."""
+    key = (seed, sizes)
+    hit = _PATTERNS.get(key)
+    if hit is not None:
+        _PATTERNS.move_to_end(key)
+        return hit
     rng = np.random.default_rng(seed)
-    for b in bufs:
-        if b.array is not None:
-            # random bytes drawn whole (rng.integers per byte cost 5-10x as much)
-            b.array[:] = np.frombuffer(rng.bytes(b.nbytes), dtype=np.uint8)
+    # random bytes drawn whole (rng.integers per byte cost 5-10x as much)
+    drawn = tuple(np.frombuffer(rng.bytes(n), dtype=np.uint8) for n in sizes)
+    _PATTERNS[key] = drawn
+    while len(_PATTERNS) > 1 and sum(sum(k[1]) for k in _PATTERNS) > _PATTERN_BYTES:
+        _PATTERNS.popitem(last=False)
+    return drawn
+
+
+def fill_pattern(bufs: Sequence[PoolBuffer], seed: int) -> dict[int, Bytes]:
+    """Fill every buffer that has bytes with the pattern of ``seed``; returns the pattern
+    per buffer index (read-only: what a round trip must bring back)."""
+    filled = [b for b in bufs if b.array is not None]
+    drawn = _patterns(seed, tuple(b.nbytes for b in filled))
+    for b, pattern in zip(filled, drawn, strict=True):
+        assert b.array is not None
+        b.array[:] = pattern
+    return {b.index: pattern for b, pattern in zip(filled, drawn, strict=True)}
 
 
 def store_round_trip(fake: FakeMooncake, store: Any, node: str, geometry: PoolGeometry,
@@ -346,8 +373,7 @@ def store_round_trip(fake: FakeMooncake, store: Any, node: str, geometry: PoolGe
     """
     face = f"mooncake:{node}"
     fresh = isinstance(geometry, FastDeployGeometry)   # put from write, get into read
-    fill_pattern(bufs, 7)
-    expected = {b.index: b.array.copy() for b in bufs if b.array is not None}
+    expected = fill_pattern(bufs, 7)
     ranges = mr_ranges(fake, node) if ranges is None else ranges
     done = 0
     for put in (True, False):

@@ -6,6 +6,7 @@ ones, instead of a TypeError from deep inside a constructor.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Mapping
 from typing import Any
@@ -42,13 +43,15 @@ POOL_TYPES: dict[str, type[PoolGeometry]] = {
 
 def accepted_params(pool_type: str) -> dict[str, bool]:
     """Constructor parameters of a pool type, mapped to whether each is required."""
-    cls = _pool_class(pool_type)
+    return dict(_signature_params(_pool_class(pool_type)))
+
+
+@functools.cache
+def _signature_params(cls: type[PoolGeometry]) -> tuple[tuple[str, bool], ...]:
+    """Read once per class: inspect.signature costs more than building a geometry."""
     signature = inspect.signature(cls.__init__)
-    return {
-        name: param.default is inspect.Parameter.empty
-        for name, param in signature.parameters.items()
-        if name != "self"
-    }
+    return tuple((name, param.default is inspect.Parameter.empty)
+                 for name, param in signature.parameters.items() if name != "self")
 
 
 def _pool_class(pool_type: str) -> type[PoolGeometry]:

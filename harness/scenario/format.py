@@ -88,7 +88,12 @@ class Scenario:
     contract: str | None = None
 
     def geometry(self) -> PoolGeometry:
-        return make_geometry(self.pool_type, **dict(self.params))
+        """The pool's geometry, built once per scenario (a geometry is never changed)."""
+        built: PoolGeometry | None = self.__dict__.get("_geometry")
+        if built is None:
+            built = make_geometry(self.pool_type, **dict(self.params))
+            object.__setattr__(self, "_geometry", built)
+        return built
 
     @property
     def pool(self) -> str:
