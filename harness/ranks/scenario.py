@@ -181,6 +181,12 @@ def _merge(result: ScenarioResult, sc: Scenario, outcomes: list[RankOutcome],
     worst = [r for r in reasons if r[0] == result.verdict]
     if worst:
         result.reason, result.tb = worst[0][1], worst[0][2]
+    if result.verdict in ("error", "internal-error", "skip"):
+        # a run that did not complete is judged by no rule (the report's contract); what
+        # the host was left with is still said
+        left = [v for v in result.violations if v.rule == "shm-leaked"]
+        result.reason += "".join(f"; shm-leaked: {v.message}" for v in left[:1])
+        result.violations = []
 
 
 def _on(rank: int, v: Violation) -> Violation:
