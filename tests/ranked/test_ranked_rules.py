@@ -71,7 +71,7 @@ def test_a_rank_that_goes_on_unpinned_is_incoherent(tmp_path: Path, pinning: str
     incoherent = next(v for v in s["violations"] if v["rule"] == "ranks-incoherent")
     assert "ranks 0, 2, 3 hold the pool pinned" in incoherent["message"]
     assert "rank 1 registered 0 bytes of 200 GiB" in incoherent["message"]
-    assert [e["verdict"] for e in s["ranks"]][0] == "pass"
+    assert [s["ranks"][r]["verdict"] for r in (0, 2, 3)] == ["pass"] * 3
     assert s["ranks"][1]["verdict"] == "fail"
     if pinning == "required":
         assert any(v["rule"] == "error-swallowed" for v in s["ranks"][1]["violations"])
@@ -148,3 +148,14 @@ def test_the_group_is_reused_across_scenarios_and_jobs(tmp_path: Path) -> None:
     path.write_text(POOL + s)
     run = run_json(str(path), "-j", "2")
     assert {v["verdict"] for v in run.scenarios().values()} == {"pass"}
+
+
+def test_a_rank_the_host_oom_killed_is_an_error_naming_it(tmp_path: Path) -> None:
+    """Rank 0 fills 600 GiB, then rank 1's 600 GiB fill does not fit a 1 TiB host: the OOM
+    killer takes rank 0 (the most resident memory, docs/host.md §1); rank 1 waits for it in
+    a barrier and is stopped."""
+    scenario = PLAIN.replace("total_gib = 100", 'total_gib = 600\nhost = { ram = "1TiB" }')
+    s = _run(tmp_path, scenario, "touches_its_pool.py:register")
+    assert s["verdict"] == "error"
+    assert s["reason"].startswith("rank 0 was OOM-killed by the host: out of memory"), s
+    assert [e["verdict"] for e in s["ranks"]] == ["error", "error"]
