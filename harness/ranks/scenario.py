@@ -15,6 +15,7 @@ hung rank is named, never a hung run (docs/ranks.md §2-§3).
 from __future__ import annotations
 
 import multiprocessing
+import os
 import tempfile
 import time
 import uuid
@@ -43,6 +44,7 @@ __all__ = ["RANK_FUNCTION", "close_groups", "group_for", "run_ranked"]
 RANK_FUNCTION = "kvreg.harness.ranks.rank_scenario:run_rank"
 _SEVERITY = ("skip", "pass", "fail", "error", "internal-error")
 _GROUPS: dict[tuple[int, tuple[tuple[str, str], ...]], RankGroup] = {}
+_OWNER = [os.getpid()]     # the process whose children the groups' ranks are
 # the share of the time limit the ranks' call may take: the rest is the start of the group
 # and the merge, so that the ranks' timeout names a hung rank before a supervisor's fires
 _CALL_SHARE = 0.85
@@ -58,6 +60,11 @@ def close_groups() -> None:
 def group_for(world_size: int, env: dict[str, str]) -> RankGroup:
     """The group of ``world_size`` ranks with ``env``, kept for the scenarios after it."""
     key = (world_size, tuple(sorted(env.items())))
+    if _OWNER[0] != os.getpid():
+        # forked from the process that started them (a worker from kvreg run --in-process's
+        # pytest, say): those ranks are not this process's children, not its to use or end
+        _GROUPS.clear()
+        _OWNER[0] = os.getpid()
     if not _GROUPS:     # closed when this process ends (a worker too: multiprocessing's exit)
         util.Finalize(None, close_groups, exitpriority=10)
     if key not in _GROUPS:
@@ -160,7 +167,8 @@ def _merge(result: ScenarioResult, sc: Scenario, outcomes: list[RankOutcome],
         verdict, reason = _died(outcome, host)
         run.dead[outcome.rank] = reason
         entries.append(_rank_entry(outcome.rank, verdict, [], reason))
-        reasons.append((verdict, reason, outcome.traceback))
+        # a rank kvreg stopped because another failed says least: named last
+        reasons.append((verdict, reason, outcome.traceback, outcome.kind == "stopped"))
     _peer_failures(judged, run)
     for rank, rank_result in judged.items():
         entries.append(_rank_entry(rank, rank_result.verdict, rank_result.violations,
@@ -170,7 +178,7 @@ def _merge(result: ScenarioResult, sc: Scenario, outcomes: list[RankOutcome],
         result.calls += rank_result.calls
         if rank_result.reason and rank_result.verdict in ("error", "internal-error", "skip"):
             reasons.append((rank_result.verdict, f"rank {rank}: {rank_result.reason}",
-                            rank_result.tb))
+                            rank_result.tb, False))
         if rank_result.trace_text and not result.trace_text:
             result.trace_text = f"rank {rank}:\n{rank_result.trace_text}"
     run.shm_left = host.shm_files()
@@ -178,7 +186,7 @@ def _merge(result: ScenarioResult, sc: Scenario, outcomes: list[RankOutcome],
     result.ranks = sorted(entries, key=lambda e: int(e["rank"]))
     verdicts = [e["verdict"] for e in entries] + (["fail"] if result.violations else [])
     result.verdict = max(verdicts, key=_SEVERITY.index)
-    worst = [r for r in reasons if r[0] == result.verdict]
+    worst = sorted((r for r in reasons if r[0] == result.verdict), key=lambda r: r[3])
     if worst:
         result.reason, result.tb = worst[0][1], worst[0][2]
     if result.verdict in ("error", "internal-error", "skip"):
