@@ -203,12 +203,15 @@ def _on(rank: int, v: Violation) -> Violation:
 
 def _peer_failures(judged: dict[int, ScenarioResult], run: RanksRun) -> None:
     """A rank that raised because its peers failed (an all-or-nothing registration that
-    raises on every rank) made no failed call of its own: its ``unexpected-error`` is the
-    right answer where another rank's registration failed, or where the host cannot hold the
-    ranks' pools together, so it is not held against it."""
+    raises on every rank) made no failed call of its own and left nothing registered: its
+    ``unexpected-error`` is the right answer where another rank's registration failed, or
+    where the host cannot hold the ranks' pools together, so it is not held against it."""
     demand, capacity, _ = demand_and_capacity(run)
     peers_failed = {r for r, f in run.facts.items() if f["failed_calls"]}
     for rank, rank_result in judged.items():
+        own = run.facts.get(rank)
+        if own is None or own["failed_calls"] or own["registered"]:
+            continue        # its own failure, or it kept its pool: the rule stands
         if not (peers_failed - {rank}) and demand <= capacity:
             continue
         kept = [v for v in rank_result.violations if v.rule != "unexpected-error"]
