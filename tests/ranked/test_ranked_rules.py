@@ -159,3 +159,24 @@ def test_a_rank_the_host_oom_killed_is_an_error_naming_it(tmp_path: Path) -> Non
     assert s["verdict"] == "error"
     assert s["reason"].startswith("rank 0 was OOM-killed by the host: out of memory"), s
     assert [e["verdict"] for e in s["ranks"]] == ["error", "error"]
+
+
+FOUR_FIT = '''[[scenario]]
+name = "four-fit"
+guards = "four 400 GiB pools fit a 2 TiB host (sglang #38156)"
+ranks = 4
+total_gib = 400
+'''
+
+
+def test_a_budget_read_after_the_peers_pinned_is_caught(tmp_path: Path) -> None:
+    """Ranks 2 and 3 read `available` after their peers pinned and count them twice."""
+    s = _run(tmp_path, FOUR_FIT, "budget_read_late.py:register")
+    assert s["verdict"] == "fail"
+    assert [e["verdict"] for e in s["ranks"]] == ["pass", "pass", "fail", "fail"]
+    assert {v["rule"] for v in s["ranks"][2]["violations"]} == {"unexpected-error"}
+
+
+def test_a_budget_agreed_by_min_all_reduce_passes_where_the_pools_fit(tmp_path: Path) -> None:
+    s = _run(tmp_path, FOUR_FIT, "min_budget.py:register")
+    assert s["verdict"] == "pass", s
