@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import tempfile
 import time
 import uuid
@@ -104,6 +105,15 @@ def run_ranked(sc: Scenario, impl: Implementation, *, keep_trace: bool = False,
         return result
     if progress is not None:
         progress.step(f"{sc.ranks} ranks")
+    how = _impl_spec(impl)
+    try:
+        pickle.dumps(how)
+    except Exception as exc:     # a test's own object whose functions have no import path
+        result.verdict = "error"
+        result.reason = (f"kvreg cannot run this scenario: the implementation cannot be sent "
+                         f"to the rank processes ({exc}); load it by its spec "
+                         "(file.py:function or package.module:function)")
+        return result
     budget = timeout or DEFAULT_CALL_TIMEOUT_S
     config = process_config(sc)
     env = {k: v for k, v in config.env if v is not None}
@@ -116,7 +126,7 @@ def run_ranked(sc: Scenario, impl: Implementation, *, keep_trace: bool = False,
             with _children_allowed():
                 group.start()
                 left = max(budget * _CALL_SHARE - (time.monotonic() - start), 0.5)
-                outcomes = group.run(RANK_FUNCTION, [(sc, _impl_spec(impl), path, shared,
+                outcomes = group.run(RANK_FUNCTION, [(sc, how, path, shared,
                                                       keep_trace)] * sc.ranks, timeout=left)
         except RankStartError as exc:
             result.verdict, result.reason = "error", f"kvreg could not start the ranks: {exc}"

@@ -94,3 +94,17 @@ def test_kvreg_run_refuses_a_wrong_ranks_with_exit_2(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "ranks: expected 1 with target = 'mooncake'" in proc.stderr
+
+
+def test_an_implementation_the_ranks_cannot_import_is_an_error_saying_so(tmp_path: Path) -> None:
+    from kvreg.harness.run.core import run_scenario
+    from kvreg.harness.run.implementation import Implementation
+
+    def register(cudart: object, ptr: int, nbytes: int) -> list[tuple[int, int]]:
+        return []
+
+    (sc,) = _load(tmp_path, "", "ranks = 2\n")
+    result = run_scenario(sc, Implementation("generic", "local", register, register))
+    assert result.verdict == "error"
+    assert result.reason.startswith("kvreg cannot run this scenario: the implementation cannot "
+                                    "be sent to the rank processes")
