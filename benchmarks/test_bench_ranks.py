@@ -104,3 +104,56 @@ def test_eight_ranks_cost_about_eight_single_rank_calls(capsys: Any) -> None:
         f"load average {os.getloadavg()[0]:.1f}"]
     with capsys.disabled():
         print("\n" + "\n".join(lines))
+
+
+def _tree_cpu() -> float:
+    """CPU seconds used so far by this process and every process under it (the ranks)."""
+    me = psutil.Process()
+    return _cpu([p.pid for p in me.children(recursive=True)])
+
+
+def test_an_eight_rank_scenario_costs_about_eight_single_rank_scenarios(capsys: Any) -> None:
+    """The catalog's TP8 scenario (eight 200 GiB pools on one host: register, copies,
+    teardown in every rank, the cross-rank rules) run as one 8-rank scenario on a warm group,
+    against the same scenario with one rank run eight times in this process (the single
+    process's runner), both through ``run_scenario`` with kvreg's reference."""
+    from dataclasses import replace
+
+    from kvreg.harness.ranks.scenario import close_groups
+    from kvreg.harness.run.core import run_scenario
+    from kvreg.harness.run.implementation import make_implementation
+    from kvreg.harness.scenario import load_file
+
+    path = Path(ROOT) / "scenarios" / "ranks" / "per_rank_pools.toml"
+    eight = next(s for s in load_file(path) if s.name == "tp8-pools")
+    one = replace(eight, ranks=1, host={}, shared=False)
+    impl = make_implementation()
+
+    def run8() -> None:
+        assert run_scenario(eight, impl).verdict == "pass"
+
+    def run1x8() -> None:
+        for _ in range(8):
+            assert run_scenario(one, impl).verdict == "pass"
+
+    try:
+        run8()
+        run1x8()                                  # warm both
+        walls8, cpus8, walls1, cpus1 = [], [], [], []
+        for _ in range(REPEATS):
+            for step, walls, cpus in ((run8, walls8, cpus8), (run1x8, walls1, cpus1)):
+                cpu0, wall0 = _tree_cpu(), time.perf_counter()
+                step()
+                walls.append(time.perf_counter() - wall0)
+                cpus.append(_tree_cpu() - cpu0)
+    finally:
+        close_groups()
+    wall8, cpu8 = statistics.median(walls8), statistics.median(cpus8)
+    wall1, cpu1 = statistics.median(walls1), statistics.median(cpus1)
+    MEDIANS.update({"ranks:tp8-scenario:cpu": cpu8, "ranks:8x1-scenarios:cpu": cpu1})
+    line = (f"ranks: the TP8 scenario {wall8 * 1e3:.0f} ms wall / {cpu8 * 1e3:.0f} ms CPU; 8 "
+            f"single-rank scenarios {wall1 * 1e3:.0f} ms / {cpu1 * 1e3:.0f} ms; CPU ratio "
+            f"{cpu8 / cpu1:.2f}x (target about 1x), wall {wall8 / wall1:.2f}x; load average "
+            f"{os.getloadavg()[0]:.1f}")
+    with capsys.disabled():
+        print("\n" + line)

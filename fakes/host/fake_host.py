@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import time
 from collections import Counter
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,9 +111,11 @@ class FakeHost:
             "next_id": 1, "page_cache": limits.page_cache // PAGE, "events": []})
         return cls(path)
 
-    def rank(self, rank: int) -> RankMemory:
-        """Rank ``rank``'s view: one per rank process."""
-        return RankMemory(self, rank)
+    def rank(self, rank: int, *, pid: int | None = None) -> RankMemory:
+        """Rank ``rank``'s view: one per rank process. ``pid``: the rank's process, which
+        an OOM kill by another rank then ends with SIGKILL, as the kernel's does (None: the
+        victim learns it at its next call, for ranks that share one process)."""
+        return RankMemory(self, rank, pid=pid)
 
     # -- host-wide figures ------------------------------------------------------------------
     def totals(self, state: dict[str, Any] | None = None) -> HostTotals:
@@ -193,6 +197,10 @@ def _kill(st: dict[str, Any], rank: str, reason: str) -> None:
     if reason:
         r["killed"] = reason
         st["events"].append({"kind": "oom-kill", "rank": int(rank), "reason": reason})
+        pid = r.get("pid")
+        if pid is not None and pid != os.getpid():   # the kernel's SIGKILL (the caller
+            with suppress(ProcessLookupError):       # itself gets OomKilled)
+                os.kill(pid, signal.SIGKILL)
     else:
         r["exited"] = True
     for name in list(st["files"]):
@@ -223,7 +231,7 @@ def _oom(st: dict[str, Any], lim: HostLimits, need: int, caller: str) -> bool:
 class RankMemory:
     """One rank process's memory on the host: what it maps, touches, locks and pins."""
 
-    def __init__(self, host: FakeHost, rank: int) -> None:
+    def __init__(self, host: FakeHost, rank: int, *, pid: int | None = None) -> None:
         self.host = host
         self.rank = rank
         self._key = str(rank)
@@ -237,6 +245,8 @@ class RankMemory:
         with host.state.change() as st:
             r = st["ranks"].setdefault(self._key, _empty_rank())
             r["exited"] = False
+            if pid is not None:
+                r["pid"] = pid
 
     # -- helpers ---------------------------------------------------------------------------
     def _alive(self, st: dict[str, Any]) -> None:

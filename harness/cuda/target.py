@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kvreg.fakes.cuda.fake_cuda import FakeCuda
+from kvreg.harness.ranks import checks as _rank_checks  # noqa: F401  (its rules: the cuda target's)
 
 from . import options, styles, world
 from .options import ENV_CHUNK_GB
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
     from kvreg.harness.run.implementation import Implementation
-    from kvreg.harness.run.target import ProcessConfig
+    from kvreg.harness.run.target import ProcessConfig, RankPlace
     from kvreg.harness.scenario.format import Scenario
 
 __all__ = ["TARGET", "CudaTarget"]
@@ -47,6 +48,13 @@ class CudaTarget:
 
     def build(self, sc: Scenario, impl: Implementation, backend: Any) -> world.CudaWorld:
         return world.build_world(sc, impl, backend)
+
+    def build_rank(self, sc: Scenario, impl: Implementation, backend: Any,
+                   place: RankPlace) -> world.CudaWorld:
+        """One rank's world of a many-rank scenario (ranked.py)."""
+        from . import ranked
+
+        return ranked.build_rank(sc, impl, backend, place)
 
 
 TARGET = CudaTarget()

@@ -207,9 +207,11 @@ class CudaWorld(TracedWorld):
         return check_warnings(self.record)
 
 
-def build_world(sc: Scenario, impl: Implementation, backend: Any) -> CudaWorld:
-    """The world of one run (``backend``: "fake", "cuda" or a RealCuda); raises
-    SkipScenario where the style or the machine cannot run ``sc``."""
+def build_world(sc: Scenario, impl: Implementation, backend: Any, *,
+                world: type[CudaWorld] = CudaWorld) -> CudaWorld:
+    """The world of one run (``backend``: "fake", "cuda" or a RealCuda), of class ``world``
+    (a rank's: ranked.py); raises SkipScenario where the style or the machine cannot run
+    ``sc``."""
     why_not = styles.check_limit(impl, sc.chunk_limit) or impl.contract.scenario_skip_reason(
         sc.expect, sc.contract)
     if why_not:
@@ -253,5 +255,5 @@ def build_world(sc: Scenario, impl: Implementation, backend: Any) -> CudaWorld:
             b.unit = reference_unit(b.spec, sc.chunk_limit, families, b.index)[0]
         except PlanError:
             b.unit = None
-    return CudaWorld(sc, fake, buffers, record, real_hw, budget)
+    return world(sc, fake, buffers, record, real_hw, budget)
 

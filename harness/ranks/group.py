@@ -27,8 +27,8 @@ from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from kvreg.harness.run.lifecycle import death_reason, exited, preload
 from kvreg.harness.run.limits import Limits
-from kvreg.harness.run.supervisor import death_reason, exited, preload
 
 from .environment import loopback_listener
 from .outcome import RankOutcome, died, stopped

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from kvreg.harness.run.worker import die_with_parent
+from kvreg.harness.run.lifecycle import die_with_parent
 
 from .environment import LOOPBACK, omp_threads, rank_env
 

@@ -15,6 +15,7 @@ reached by the code, is an ``error`` naming it.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kvreg.fakes.doors import retire_scope
@@ -25,7 +26,7 @@ from .causes import dedupe
 from .isolation import capture_logs, wall_guard
 from .progress import Progress
 from .result import INTERNAL_ERROR, CallBudgetExceeded, ScenarioResult, internal_error
-from .target import CannotRun, SkipScenario
+from .target import CannotRun, SkipScenario, World
 from .targets import get_target
 
 if TYPE_CHECKING:
@@ -33,13 +34,16 @@ if TYPE_CHECKING:
 
     from .implementation import Implementation
 
-__all__ = ["run_scenario"]
+__all__ = ["judge_run", "run_scenario"]
 
 
 def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False,
                  backend: Any = "fake", progress: Progress | None = None,
-                 timeout: float | None = None) -> ScenarioResult:
-    """Run and judge one scenario in this process.
+                 timeout: float | None = None,
+                 rank_timeout: float | None = None) -> ScenarioResult:
+    """Run and judge one scenario in this process (a scenario of several ranks: in rank
+    processes of a group this process starts, harness/ranks/scenario.py, within
+    ``timeout`` or else ``rank_timeout``, the supervisor's limit on this process).
 
     Returns a verdict for whatever the implementation returns or raises as an
     ``Exception``; ``SystemExit``, ``KeyboardInterrupt``, ``MemoryError`` and a spent
@@ -53,8 +57,26 @@ def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False
     stand-ins). Targets without a real backend ignore it.
     """
     progress = progress or Progress()
+    if sc.ranks > 1:
+        # rank processes on one fake host: harness/ranks runs this same flow in every rank
+        # (judge_run) and makes one result of theirs
+        from kvreg.harness.ranks.scenario import run_ranked
+
+        return run_ranked(sc, impl, keep_trace=keep_trace, backend=backend,
+                          progress=progress, timeout=timeout or rank_timeout)
+    target = get_target(sc.target)
+    return judge_run(sc, impl, lambda: target.build(sc, impl, backend),
+                     keep_trace=keep_trace, progress=progress, timeout=timeout)
+
+
+def judge_run(sc: Scenario, impl: Implementation, build: Callable[[], World], *,
+              keep_trace: bool = False, progress: Progress | None = None,
+              timeout: float | None = None) -> ScenarioResult:
+    """The flow of :func:`run_scenario` in this process on the world ``build()`` makes (a
+    rank process builds its rank's world, harness/ranks/rank_scenario.py)."""
+    progress = progress or Progress()
     with retire_scope() as scope, reached() as gaps:
-        result = _run(sc, impl, keep_trace=keep_trace, backend=backend, progress=progress,
+        result = _run(sc, impl, build, keep_trace=keep_trace, progress=progress,
                       timeout=timeout)
         stale = list(scope.stale)
     if result.verdict == INTERNAL_ERROR:
@@ -78,14 +100,13 @@ def run_scenario(sc: Scenario, impl: Implementation, *, keep_trace: bool = False
     return result
 
 
-def _run(sc: Scenario, impl: Implementation, *, keep_trace: bool, backend: Any,
+def _run(sc: Scenario, impl: Implementation, build: Callable[[], World], *, keep_trace: bool,
          progress: Progress, timeout: float | None) -> ScenarioResult:
-    target = get_target(sc.target)
     start = time.perf_counter()
     result = ScenarioResult(sc.id, sc.pool, "pass", guards=sc.guards)
     contract = impl.contract
     try:
-        world = target.build(sc, impl, backend)
+        world = build()
     except SkipScenario as exc:
         result.verdict, result.reason = "skip", str(exc)
         return result

@@ -76,6 +76,9 @@ class ScenarioResult:
     copy: dict[str, Any] | None = None
     # an internal-error's traceback (kvreg's frames), for the report that asks for a fix
     tb: str = ""
+    # a many-rank scenario's ranks: [{"rank", "verdict", "violations"[, "reason"]}] (None
+    # for a single process's run: the report has no "ranks" then)
+    ranks: list[dict[str, Any]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "pool": self.pool, "verdict": self.verdict,
@@ -83,7 +86,8 @@ class ScenarioResult:
                 "warnings": [w.as_dict() for w in self.warnings],
                 **({"reason": self.reason} if self.reason else {}),
                 **({"copy": self.copy} if self.copy is not None else {}),
-                **({"traceback": self.tb} if self.tb else {})}
+                **({"traceback": self.tb} if self.tb else {}),
+                **({"ranks": self.ranks} if self.ranks is not None else {})}
 
     @property
     def first_violation(self) -> str:

@@ -20,9 +20,7 @@ worker.
 from __future__ import annotations
 
 import gc
-import importlib
 import multiprocessing
-import signal
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -32,6 +30,7 @@ from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any
 
 from .implementation import Implementation
+from .lifecycle import death_reason, exited, preload
 from .limits import Limits
 from .process import process_config
 from .progress import ProgressBlock, describe_calls, read_calls
@@ -43,7 +42,7 @@ from .worker import READY, Reconfigure, worker_main
 if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
 
-__all__ = ["Supervisor", "death_reason", "exited", "preload"]
+__all__ = ["Supervisor"]
 
 
 _GRACE_S = 5.0     # how long a worker whose pipe closed may take to exit
@@ -59,57 +58,12 @@ class _Worker:
     config: ProcessConfig | None = None
 
 
-def exited(process: Any, grace: float) -> bool:
-    """Whether ``process`` exits within ``grace`` seconds. Asks for its exit status without
-    blocking: its sentinel is no proof of exit when the code closed its inherited fds (then
-    ``join`` would wait for ever)."""
-    end = time.monotonic() + grace
-    while process.exitcode is None:
-        if time.monotonic() >= end:
-            return False
-        time.sleep(0.005)
-    return True
-
-
 def _cost(sc: Scenario) -> float:
     """The expected cost of ``sc`` (0 when it cannot be estimated: it fails fast anyway)."""
     try:
         return expected_cost(sc)
     except Exception:
         return 0.0
-
-
-def death_reason(exitcode: int | None, *, timed_out: bool, limits: Limits) -> str:
-    """What ended a worker, as the start of a verdict's reason."""
-    if timed_out:
-        return f"the implementation did not finish within {limits.time_text()}"
-    if exitcode is None:
-        return "the worker process vanished"
-    if exitcode >= 0:
-        return f"the implementation ended the process with os._exit({exitcode})"
-    try:
-        sig = signal.Signals(-exitcode)
-    except ValueError:
-        return f"the implementation's process was killed by signal {-exitcode}"
-    text = signal.strsignal(sig) or ""
-    return f"the implementation's process was killed by {sig.name}" + (f" ({text})"
-                                                                          if text else "")
-
-
-# what every run imports: torch (for ``torch.cuda.cudart``), and the parts of numpy the copy
-# checks load on first use (the page selection's generator; ``np.unique`` imports numpy.ma):
-# about a tenth of a second per worker otherwise, paid again by each worker of a run that
-# starts one per process configuration
-_PRELOAD = ("torch.cuda", "numpy.random", "numpy.ma")
-
-
-def preload() -> None:
-    """Import in the supervisor what every run imports (:data:`_PRELOAD`), so that a forked
-    worker, first or replacement, starts ready instead of importing it inside its first
-    scenario's time limit."""
-    for name in _PRELOAD:
-        with suppress(ImportError):
-            importlib.import_module(name)
 
 
 class Supervisor:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .contract import StyleContract
     from .implementation import Implementation
 
-__all__ = ["CannotRun", "ProcessConfig", "SkipScenario", "Target", "World"]
+__all__ = ["CannotRun", "ProcessConfig", "RankPlace", "SkipScenario", "Target", "World"]
 
 
 class SkipScenario(Exception):
@@ -41,6 +41,21 @@ class ProcessConfig:
     target: str
     env: tuple[tuple[str, str | None], ...] = ()
     machine: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class RankPlace:
+    """Where one rank of a many-rank scenario runs (harness/ranks): its rank, the world's
+    size, its memory on the host the ranks share (fakes/host ``RankMemory``), the host's
+    state file, and the /dev/shm file of a ``shared`` pool (None: one pool per rank). A
+    target that runs such scenarios has ``build_rank(sc, impl, backend, place)``, which
+    builds that rank's world as ``build`` does a single process's."""
+
+    rank: int
+    world_size: int
+    memory: Any
+    host_path: str
+    shared: str | None = None
 
 
 class World(Protocol):

@@ -15,7 +15,6 @@ to the code under test (harness/run/process.py: :func:`~.process.same_deployment
 
 from __future__ import annotations
 
-import ctypes
 import faulthandler
 import os
 import resource
@@ -29,6 +28,7 @@ from kvreg.fakes.doors import PROCESS
 
 from .core import run_scenario
 from .implementation import Implementation
+from .lifecycle import die_with_parent
 from .limits import Limits, TimeLimitExceeded
 from .process import (
     apply_config_env,
@@ -45,10 +45,9 @@ from .target import ProcessConfig
 if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
 
-__all__ = ["DECLINED", "READY", "Reconfigure", "die_with_parent", "ended_by", "run_in_process",
+__all__ = ["DECLINED", "READY", "Reconfigure", "ended_by", "run_in_process",
            "worker_main"]
 
-_PR_SET_PDEATHSIG = 1
 READY = "kvreg-worker-ready"   # what a worker sends once it can take scenarios
 DECLINED = "kvreg-worker-declined"   # another configuration is another deployment here
 
@@ -84,19 +83,6 @@ def _limit_memory(limit: int) -> None:
 def _unlimit_memory() -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_DATA)
     resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
-
-
-def die_with_parent() -> None:
-    """Linux: be killed when the supervisor dies, even by SIGKILL, so that no endless
-    implementation outlives kvreg (prctl PR_SET_PDEATHSIG; elsewhere a no-op)."""
-    parent = os.getppid()
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:      # the supervisor died before the request took effect
-        os._exit(1)
 
 
 def ended_by(exc: BaseException, sc: Scenario, progress: Progress,
@@ -190,7 +176,8 @@ def worker_main(conn: Connection, block: Any, impl: Implementation, backend: Any
         try:
             _limit_memory(limits.memory)
             try:
-                result = run_scenario(sc, impl, backend=backend, progress=progress)
+                result = run_scenario(sc, impl, backend=backend, progress=progress,
+                                      rank_timeout=limits.timeout)
             finally:
                 _unlimit_memory()
         except BaseException as exc:

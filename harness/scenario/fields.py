@@ -22,6 +22,8 @@ from kvreg.harness.run.contract import REPEATABLE_TEARDOWN
 from kvreg.harness.run.endstate import PINNING
 from kvreg.harness.run.targets import DEFAULT_TARGET, TARGETS, get_target, option_tables
 
+from .host_table import parse_host
+
 if TYPE_CHECKING:
     from kvreg.harness.run.target import Target
 
@@ -31,6 +33,7 @@ __all__ = [
     "EXERCISES",
     "EXPECTATIONS",
     "MALLOC_ALIGNMENT",
+    "MAX_RANKS",
     "MEMORY",
     "TORCH_BASE_OFFSET",
     "VALIDATORS",
@@ -288,6 +291,62 @@ def _target(f: Fields) -> str | None:
     return name
 
 
+MAX_RANKS = 64
+
+
+@validator("ranks")
+def _ranks(f: Fields) -> int:
+    """How many rank processes share the scenario's host (harness/ranks); more than one only
+    on a target that builds a rank's world (``build_rank``: the cuda target)."""
+    ranks = f.merged.get("ranks", 1)
+    if not isinstance(ranks, int) or isinstance(ranks, bool) or not 1 <= ranks <= MAX_RANKS:
+        f.fail("ranks", f"an integer from 1 to {MAX_RANKS}", ranks)
+        return 1
+    target = f.target()
+    if ranks > 1 and target is not None and not callable(getattr(target, "build_rank", None)):
+        f.fail("ranks", f"1 with target = '{f.values['target']}' (many-rank scenarios run on "
+               "the cuda target)", ranks)
+        return 1
+    return ranks
+
+
+@validator("host")
+def _host(f: Fields) -> dict[str, Any]:
+    """The machine the ranks share (``[host]`` over ``[defaults]``, the scenario's own
+    ``host`` over both), as the fake host's keyword arguments (host_table.py); {} for a
+    scenario of one rank, which runs without a host."""
+    table = f.merged.get("host")
+    if table is None:
+        return parse_host({}) if f.values["ranks"] > 1 else {}
+    if not isinstance(table, Mapping):
+        f.fail("host", "a table of host sizes and options", table)
+        return {}
+    if f.values["ranks"] == 1:
+        f.fail("host", "ranks >= 2 (a host is what several rank processes share)", None)
+        return {}
+    try:
+        return parse_host(table)
+    except ValueError as exc:
+        f.fail("host", f"a valid host ({exc})", None)
+        return {}
+
+
+@validator("shared", reads=())
+def _shared(f: Fields) -> bool:
+    """[pool] shared = true: one region, a /dev/shm file on the host, mapped by every rank."""
+    shared = f.pool.get("shared", False)
+    if not isinstance(shared, bool):
+        f.fail("pool.shared", "true or false", shared)
+        return False
+    if shared and f.values["ranks"] == 1:
+        f.fail("pool.shared", "ranks >= 2 (one region mapped by every rank)", None)
+        return False
+    if shared and f.values["memory"] != "virtual":
+        f.fail("pool.shared", 'memory = "virtual" (the region lives on the fake host)', None)
+        return False
+    return shared
+
+
 @validator("faults")
 def _faults(f: Fields) -> tuple[dict[str, Any], ...]:
     faults = f.merged.get("faults", [])
@@ -295,12 +354,22 @@ def _faults(f: Fields) -> tuple[dict[str, Any], ...]:
         f.fail("faults", "an array of tables", faults)
         return ()
     probe = FaultPlan()
+    out = []
+    ranks = f.values["ranks"]
     for i, spec in enumerate(faults):
+        rule = dict(spec)
+        rank = rule.pop("rank", None)
+        if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool)
+                                 or not 0 <= rank < ranks):
+            f.fail(f"faults[{i}].rank", f"a rank from 0 to {ranks - 1} (the rank whose calls "
+                   "it fails; absent: any rank)", rank)
         try:
-            probe.arm_from_dict(spec)
+            probe.arm_from_dict(rule)
         except FaultPlanError as exc:
             f.fail(f"faults[{i}]", f"a valid fault ({exc})", None)
-    return tuple(dict(spec) for spec in faults)
+        # one rank: the rule is that rank's, the key says nothing more
+        out.append(rule if ranks == 1 or rank is None else {**rule, "rank": rank})
+    return tuple(out)
 
 
 @validator("exercise")

@@ -41,8 +41,8 @@ __all__ = ["EXERCISES", "EXPECTATIONS", "FORMAT_VERSION", "TORCH_BASE_OFFSET", "
            "ScenarioError", "bundled_root", "discover", "load_file", "load_paths"]
 
 FORMAT_VERSION = 1
-_TOP_KEYS = {"format", "pool", "defaults", "scenario"}
-_POOL_KEYS = {"type", "params", "memory", "base_offset"}
+_TOP_KEYS = {"format", "pool", "host", "defaults", "scenario"}
+_POOL_KEYS = {"type", "params", "memory", "base_offset", "shared"}
 
 
 class ScenarioError(ValueError):
@@ -86,6 +86,12 @@ class Scenario:
     # the contract the scenario judges and nothing else: "repeatable-teardown" (skipped for
     # code that does not declare it, harness/run/contract.py), or None
     contract: str | None = None
+    # rank processes sharing one fake host (harness/ranks); 1: the single-process runner
+    ranks: int = 1
+    # the host the ranks share, as fakes/host HostLimits' keyword arguments ({} for one rank)
+    host: Mapping[str, Any] = field(default_factory=dict)
+    # [pool] shared: one region (a /dev/shm file on the host) mapped by every rank
+    shared: bool = False
 
     def geometry(self) -> PoolGeometry:
         """The pool's geometry, built once per scenario (a geometry is never changed)."""
@@ -181,6 +187,8 @@ def load_file(path: Path, given: Path | None = None) -> list[Scenario]:
     if not isinstance(defaults, Mapping):
         problems.fail("defaults", "a table", defaults)
         defaults = {}
+    if "host" in data:     # the file's [host]: the default of every scenario's host
+        defaults = {"host": data["host"], **defaults}
     scenarios = data.get("scenario")
     if not isinstance(scenarios, list) or not scenarios:
         problems.fail("scenario", "at least one [[scenario]] table", None)

@@ -42,7 +42,12 @@ def check_report(doc: Any) -> dict[str, dict[str, Any]]:
     for s in scenarios:
         extra = set(s) - SCENARIO_KEYS
         assert set(s) >= SCENARIO_KEYS, s
-        assert extra <= {"reason", "copy"}, s
+        assert extra <= {"reason", "copy", "ranks"}, s
+        for entry in s.get("ranks", []):     # a many-rank scenario's ranks, in order
+            assert set(entry) - {"reason"} == {"rank", "verdict", "violations"}, entry
+            assert entry["verdict"] in VERDICT_COUNTS and isinstance(entry["violations"], list)
+        if "ranks" in extra:
+            assert [e["rank"] for e in s["ranks"]] == list(range(len(s["ranks"]))), s
         if "reason" in extra:
             assert s["verdict"] in ("skip", "error") and isinstance(s["reason"], str)
             assert s["reason"]

@@ -53,8 +53,19 @@ def test_the_catalog_shuffled_gives_the_same_report_as_in_process() -> None:
     with Supervisor(impl, jobs=2) as sup:
         for pos, result in sup.run([catalog[i] for i in order]):
             got[order[pos]] = result.as_dict()
-    assert [got[i] for i in range(len(catalog))] == expected
+    assert [_stable(got[i]) for i in range(len(catalog))] == [_stable(d) for d in expected]
     assert {d["verdict"] for d in expected} == {"pass", "fail", "skip"}
+
+
+def _stable(report: dict) -> dict:  # type: ignore[type-arg]
+    """A scenario's report as order and jobs cannot change it: in a many-rank scenario the
+    ranks race for the host's last pages, as on the real machine, so which rank the host
+    refuses (named in the messages) is the race's; its verdict and rules are not."""
+    if "ranks" not in report:
+        return report
+    return {"id": report["id"], "verdict": report["verdict"],
+            "violations": sorted({v["rule"] for v in report["violations"]}),
+            "warnings": sorted({w["rule"] for w in report["warnings"]})}
 
 
 @pytest.mark.parametrize(("text", "size"), [("512M", 512 << 20), ("2G", 2 << 30),

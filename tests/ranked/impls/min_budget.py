@@ -1,0 +1,41 @@
+"""CORRECT (SGLang PR #40135): the ranks read the host's available memory once, agree on the
+MIN with an all-reduce, and refuse (ValueError, before any call, on every rank) pools that do
+not fit together; otherwise each rank pins its pool in chunks and raises on a failure.
+psutil reads the fake host's /proc/meminfo unmodified.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psutil  # type: ignore[import-untyped]
+import torch
+import torch.distributed as dist
+
+
+def register(cudart: Any, ptr: int, nbytes: int, *, granularity: int | None,
+             chunk_limit: int) -> list[tuple[int, int]]:
+    budget = torch.tensor([psutil.virtual_memory().available], dtype=torch.int64)
+    dist.all_reduce(budget, op=dist.ReduceOp.MIN)
+    need = nbytes * dist.get_world_size()
+    if need > int(budget.item()):
+        raise ValueError(f"the ranks' pools need {need} bytes, the host has {int(budget.item())}")
+    g = granularity or 1
+    chunk = max((chunk_limit // g) * g, g)
+    done: list[tuple[int, int]] = []
+    for off in range(0, nbytes, chunk):
+        size = min(chunk, nbytes - off)
+        rc = int(cudart.cudaHostRegister(ptr + off, size, 0))
+        if rc:
+            for p, _ in reversed(done):
+                cudart.cudaHostUnregister(p)
+            raise RuntimeError(f"cudaHostRegister failed with {rc}")
+        done.append((ptr + off, size))
+    return done
+
+
+def teardown(cudart: Any, ranges: list[tuple[int, int]]) -> None:
+    ranges[:] = [(p, s) for p, s in reversed(ranges) if int(cudart.cudaHostUnregister(p))]
+
+
+teardown.repeatable = True  # type: ignore[attr-defined]
