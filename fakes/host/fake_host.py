@@ -180,8 +180,10 @@ def _room(st: dict[str, Any], lim: HostLimits, need: int) -> bool:
 
 
 def _drop_file_if_gone(st: dict[str, Any], name: str) -> None:
+    """An unlinked file's pages go when nothing refers to them: no mapping and no pin (a
+    pin holds its pages after munmap, until it is unregistered: pin_user_pages.rst)."""
     f = st["files"][name]
-    if f["unlinked"] and not f["mapped_by"]:
+    if f["unlinked"] and not f["mapped_by"] and not any(f["pins"].values()):
         del st["files"][name]   # the last reference closed: tmpfs frees the pages
 
 
@@ -576,6 +578,7 @@ class RankMemory:
                 f = st["files"].get(space[5:])
                 if f is not None:
                     f["pins"][self._key], _ = P.remove(f["pins"].get(self._key, []), a, b)
+                    _drop_file_if_gone(st, space[5:])
 
     def live_pins(self) -> dict[int, int]:
         """This rank's live pins: base -> bytes."""

@@ -224,3 +224,22 @@ def test_oom_kill_option_and_bad_option(tmp_path: Path) -> None:
     with patch_shm(memory) as files:
         assert files.on_oom == "raise" and files.backing == Path(f"{host.state.path}.shm")
     assert ctypes.sizeof(ctypes.c_void_p) == 8
+
+
+def test_pinned_pages_of_an_unlinked_file_outlive_its_munmap_until_unregistered(
+        tmp_path: Path) -> None:
+    """pin_user_pages.rst: a pin holds its pages; an unlinked file whose last mapping
+    closed keeps the pinned pages until the pin goes (docs/host.md §2, §5)."""
+    host = _host(tmp_path, ram=TiB, shm=TiB)
+    memory = host.rank(0)
+    with patch_shm(memory):
+        fd = _create(4 * GiB)
+        region = mmap.mmap(fd, 4 * GiB)
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(region))
+        assert memory.pin(addr, 4 * GiB) == 0
+        os.unlink(PATH)
+        region.close()
+        os.close(fd)
+    assert host.totals().pinned == 4 * GiB and host.totals().shm == 4 * GiB
+    memory.unpin(addr)
+    assert host.totals().pinned == 0 and host.totals().shm == 0
