@@ -367,11 +367,16 @@ class RankMemory:
             self._file(st, name)["unlinked"] = True
             _drop_file_if_gone(st, name)
 
-    def map_shm(self, name: str, addr: int, length: int, offset: int = 0) -> None:
-        """mmap(MAP_SHARED) of the file at ``addr`` in this rank's address space."""
+    def map_shm(self, name: str, addr: int, length: int, offset: int = 0, *,
+                unlinked: bool = False) -> None:
+        """mmap(MAP_SHARED) of the file at ``addr`` in this rank's address space.
+        ``unlinked``: the mapping was made before the name was unlinked and is seen only
+        now (a file still referenced keeps its pages)."""
         with self.host.state.change() as st:
             self._alive(st)
-            f = self._file(st, name)
+            f = st["files"].get(name) if unlinked else None
+            if f is None:
+                f = self._file(st, name)
             if self.rank not in f["mapped_by"]:
                 f["mapped_by"].append(self.rank)
         self._maps.append((addr, length, name, offset))

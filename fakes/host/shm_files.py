@@ -69,7 +69,11 @@ class ShmFiles:
     root: str = SHM_ROOT
     on_oom: str = "raise"                 # "raise" OomKilled, or "kill" the process (SIGKILL)
     opened: dict[int, tuple[str, tuple[int, int]]] = field(default_factory=dict)
-    maps: dict[int, str] = field(default_factory=dict)   # live mapping address -> file name
+    # live mappings the host knows: address -> (file name, length); ``maps`` made through
+    # ``mmap.mmap``, ``found`` made otherwise (libc's mmap through ctypes) and read from
+    # /proc/self/maps
+    maps: dict[int, tuple[str, int]] = field(default_factory=dict)
+    found: dict[int, tuple[str, int]] = field(default_factory=dict)
 
     # -- paths and descriptors ---------------------------------------------------------------
     def name_of(self, path: Any) -> str | None:
@@ -144,6 +148,7 @@ class ShmFiles:
             _REAL["ftruncate"](fd, offset + length)
 
     def unlink(self, name: str) -> None:
+        self.sync_maps()
         self.memory.shm_unlink(name)
         with suppress(FileNotFoundError):
             _REAL["unlink"](self.backing_path(name))
@@ -161,8 +166,54 @@ class ShmFiles:
         return st
 
     def close(self, fd: int) -> None:
+        self.sync_maps()
         self.opened.pop(fd, None)
         _REAL["close"](fd)
+
+    def statvfs(self) -> os.statvfs_result:
+        """statvfs of /dev/shm: its tmpfs size and what the host's files leave free (what
+        ``shutil.disk_usage`` reports)."""
+        real = _REAL["statvfs"](self.root) if os.path.isdir(self.root) else None
+        size = self.memory.host.limits.shm_size
+        free = max(size - self.memory.host.totals().shm, 0) // PAGE
+        files = real.f_files if real is not None else 0
+        ffree = real.f_ffree if real is not None else 0
+        return os.statvfs_result((PAGE, PAGE, size // PAGE, free, free, files, ffree, ffree,
+                                  0, 255))
+
+    # -- mappings the code made without mmap.mmap ----------------------------------------------
+    def sync_maps(self) -> None:
+        """Tell the host of the mappings of /dev/shm files that ``/proc/self/maps`` shows and
+        it does not know (libc's ``mmap`` called through ctypes, ``MAP_FIXED`` over a
+        reservation), and of those gone; called at every intercepted call, pin and populate,
+        so a mapping is seen before its name is unlinked by any later call."""
+        seen = _backing_maps(self.backing)
+        for addr, (name, length, offset) in seen.items():
+            if addr in self.found or self._covered(addr, length):
+                continue
+            try:
+                self.memory.map_shm(name, addr, length, offset, unlinked=True)
+            except FileNotFoundError:
+                raise ShmNotModelled(f"a mapping of {self.root}/{name} made without "
+                                     "mmap.mmap was seen only after its file was gone",
+                                     api="mmap (libc)") from None
+            self.found[addr] = (name, length)
+        for addr in [a for a in self.found if a not in seen]:
+            del self.found[addr]
+            with suppress(ValueError):
+                self.memory.unmap_shm(addr)
+
+    @staticmethod
+    def _covered(addr: int, length: int) -> bool:
+        """Inside a mapping made through ``mmap.mmap`` (by any rank of this process)."""
+        return any(base <= addr and addr + length <= base + size
+                   for base, size in _PY_MAPS.items())
+
+    def backs(self, addr: int, length: int) -> bool:
+        """Whether ``[addr, addr + length)`` overlaps a mapping of a /dev/shm file."""
+        self.sync_maps()
+        return any(base < addr + length and addr < base + size
+                   for base, (_, size) in (*self.maps.items(), *self.found.items()))
 
     def populate(self, addr: int, length: int) -> None:
         """``madvise(MADV_POPULATE_WRITE)``: the host faults the pages in (EFAULT past what
@@ -192,9 +243,28 @@ _REAL: dict[str, Callable[..., Any]] = {
     "open": os.open, "close": os.close, "ftruncate": os.ftruncate, "fstat": os.fstat,
     "stat": os.stat, "lstat": os.lstat, "unlink": os.unlink, "remove": os.remove,
     "listdir": os.listdir, "posix_fallocate": os.posix_fallocate, "truncate": os.truncate,
-    "builtins_open": builtins.open,
+    "builtins_open": builtins.open, "statvfs": os.statvfs,
 }
+PAGE = 4096
+
+
+def _backing_maps(backing: Path) -> dict[int, tuple[str, int, int]]:
+    """The process's mappings of files in ``backing``: address -> (name, length, offset)."""
+    prefix = f"{backing}/"
+    found: dict[int, tuple[str, int, int]] = {}
+    with _REAL["builtins_open"]("/proc/self/maps") as maps:
+        for line in maps:
+            parts = line.split(maxsplit=5)
+            if len(parts) < 6:
+                continue
+            path = parts[5].rstrip("\n").removesuffix(" (deleted)")
+            if not path.startswith(prefix):
+                continue
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            found[lo] = (path[len(prefix):], hi - lo, int(parts[2], 16))
+    return found
 _ACTIVE: list[ShmFiles] = []       # innermost last
+_PY_MAPS: dict[int, int] = {}      # every live ShmMap of a /dev/shm file: address -> length
 
 
 def _files() -> ShmFiles | None:
@@ -226,6 +296,17 @@ def _map_args(fileno: int, length: int, flags: int = mmap.MAP_SHARED,
     return flags, prot, access, offset
 
 
+def _address(obj: mmap.mmap) -> int | None:
+    """A writable map's address (None for a read-only one, whose buffer ctypes refuses)."""
+    try:
+        anchor = ctypes.c_char.from_buffer(obj)
+    except TypeError:
+        return None
+    addr = ctypes.addressof(anchor)
+    del anchor                         # releases the buffer export, so close() works
+    return addr
+
+
 class ShmMap(mmap.mmap):
     """``mmap.mmap`` while :func:`patch_shm` is on: a map of a ``/dev/shm`` file is a real map
     of its sparse backing, announced to the host; any other map is a plain ``mmap``."""
@@ -245,11 +326,11 @@ class ShmMap(mmap.mmap):
             raise ShmNotModelled(f"a read-only or private mmap of {files.root}/{name} is not "
                                  "modelled by the fake host", api="mmap.mmap")
         obj = super().__new__(cls, fileno, length, *args, **kwargs)
-        anchor = ctypes.c_char.from_buffer(obj)
-        addr = ctypes.addressof(anchor)
-        del anchor                         # releases the buffer export, so close() works
+        addr = _address(obj)
+        assert addr is not None            # a shared writable map: ctypes takes its buffer
         files.memory.map_shm(name, addr, len(obj), offset)
-        files.maps[addr] = name
+        files.maps[addr] = (name, len(obj))
+        _PY_MAPS[addr] = len(obj)
         obj._kvreg_addr, obj._kvreg_files = addr, files
         return obj
 
@@ -259,6 +340,7 @@ class ShmMap(mmap.mmap):
             return
         self._kvreg_addr = None
         files.maps.pop(addr, None)
+        _PY_MAPS.pop(addr, None)
         with suppress(ValueError, OomKilled):
             files.memory.unmap_shm(addr)
 
@@ -271,19 +353,22 @@ class ShmMap(mmap.mmap):
             self._forget()
 
     def madvise(self, option: int, start: int = 0, length: int | None = None) -> None:
-        addr, files = self._kvreg_addr, self._kvreg_files
-        if addr is None or files is None or option != MADV_POPULATE_WRITE:
-            if length is None:
-                return super().madvise(option, start)
-            return super().madvise(option, start, length)
         size = len(self)
         if length is None:
             length = size - start
-        if start < 0 or start >= size or length < 0:
-            raise ValueError("madvise start out of bounds" if start < 0 or start >= size
-                             else "madvise length invalid")
+        files = self._kvreg_files or _files()
+        if option != MADV_POPULATE_WRITE or files is None or start < 0 or start >= size:
+            return super().madvise(option, start, length)
+        addr = self._kvreg_addr if self._kvreg_addr is not None else _address(self)
+        if self._kvreg_addr is None and (addr is None or not files.backs(addr + start,
+                                                                         length)):
+            return super().madvise(option, start, length)   # no /dev/shm page: real
+        if length < 0:
+            raise ValueError("madvise length invalid")
         if start % mmap.PAGESIZE:
             raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))   # madvise(2): unaligned
+        assert addr is not None
+        files.sync_maps()
         files.populate(addr + start, min(length, size - start))
         return None
 
@@ -439,8 +524,15 @@ def _os_patches() -> dict[str, Callable[..., Any]]:
         "rename": _refuser(os.rename, "os.rename"), "replace": _refuser(os.replace, "os.replace"),
         "link": _refuser(os.link, "os.link"), "symlink": _refuser(os.symlink, "os.symlink"),
         "mkdir": _refuser(os.mkdir, "os.mkdir"), "scandir": _refuser(os.scandir, "os.scandir"),
-        "rmdir": _refuser(os.rmdir, "os.rmdir"),
+        "rmdir": _refuser(os.rmdir, "os.rmdir"), "statvfs": _statvfs,
     }
+
+
+def _statvfs(path: Any) -> os.statvfs_result:
+    files = _files()
+    if files is not None and _is_root(files, path):
+        return files.statvfs()
+    return _REAL["statvfs"](path)  # type: ignore[no-any-return]
 
 
 @contextmanager
@@ -467,6 +559,13 @@ def patch_shm(memory: RankMemory, backing: str | os.PathLike[str] | None = None,
 
             stack.enter_context(patch_attr(_posixshmem, "shm_open", _shm_open))
             stack.enter_context(patch_attr(_posixshmem, "shm_unlink", _shm_unlink))
+        begin_pin = memory.begin_pin
+
+        def pin_seen(addr: int, nbytes: int) -> Any:
+            files.sync_maps()          # a libc-level mapping is pinned as the file's pages
+            return begin_pin(addr, nbytes)
+
+        stack.enter_context(patch_attr(memory, "begin_pin", pin_seen))
         _ACTIVE.append(files)
         try:
             yield files

@@ -243,3 +243,58 @@ def test_pinned_pages_of_an_unlinked_file_outlive_its_munmap_until_unregistered(
     assert host.totals().pinned == 4 * GiB and host.totals().shm == 4 * GiB
     memory.unpin(addr)
     assert host.totals().pinned == 0 and host.totals().shm == 0
+
+
+def _libc_map(addr: int, length: int, fd: int) -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.mmap.restype = ctypes.c_void_p
+    got = libc.mmap(addr, length, RW, mmap.MAP_SHARED | 0x10, fd, 0)   # MAP_FIXED
+    return int(got or 0)
+
+
+def test_segments_mapped_by_libc_over_a_reservation_are_the_hosts(tmp_path: Path) -> None:
+    """Segment files mapped back to back with libc's mmap(MAP_FIXED) over one memfd
+    reservation (how a region split into several /dev/shm files is made contiguous): the
+    host learns the mappings from /proc/self/maps, the reservation's madvise populates
+    them on the host (no RAM), a pin charges the files' pages, unlink after mapping keeps
+    them."""
+    host = _host(tmp_path, ram=4 * TiB, shm=2 * TiB)
+    memory = host.rank(0)
+    seg = 256 * GiB
+    with patch_shm(memory) as files:
+        reservation = os.memfd_create("reservation")
+        os.ftruncate(reservation, 2 * seg)
+        region = mmap.mmap(reservation, 2 * seg, flags=mmap.MAP_SHARED, prot=RW)
+        os.close(reservation)
+        base = ctypes.addressof(ctypes.c_char.from_buffer(region))
+        for i in range(2):
+            fd = os.open(f"{PATH}.{i}", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+            os.ftruncate(fd, seg)
+            assert _libc_map(base + i * seg, seg, fd) == base + i * seg
+            os.close(fd)
+        assert sorted(files.found) == [base, base + seg]
+        for i in range(2):
+            os.unlink(f"{PATH}.{i}")
+        region.madvise(MADV_POPULATE_WRITE, seg - GiB, 2 * GiB)     # across the seam
+        assert host.totals().shm == 2 * GiB and host.totals().anon == 0
+        assert memory.pin(base, 2 * seg) == 0
+        assert host.totals().shm == 2 * seg and host.totals().anon == 0
+        memory.unpin(base)
+        del region
+    assert host.totals().pinned == 0
+
+
+def test_statvfs_of_dev_shm_is_the_hosts_tmpfs(tmp_path: Path) -> None:
+    import shutil
+
+    host = _host(tmp_path, ram=4 * TiB, shm=TiB)
+    with patch_shm(host.rank(0)):
+        fd = _create(256 * GiB)
+        os.posix_fallocate(fd, 0, 256 * GiB)
+        usage = shutil.disk_usage("/dev/shm")
+        assert (usage.total, usage.free) == (TiB, 768 * GiB)
+        os.close(fd)
+        os.unlink(PATH)
+        assert shutil.disk_usage("/dev/shm").free == TiB
