@@ -210,10 +210,16 @@ class ShmFiles:
                    for base, size in _PY_MAPS.items())
 
     def backs(self, addr: int, length: int) -> bool:
-        """Whether ``[addr, addr + length)`` overlaps a mapping of a /dev/shm file."""
+        """Whether ``[addr, addr + length)`` overlaps a mapping of a /dev/shm file. A hit in
+        what is known is taken as it is; a miss reads /proc/self/maps first (4 ms in a torch
+        process), since a miss means real pages would be touched."""
+        def hit() -> bool:
+            return any(base < addr + length and addr < base + size
+                       for base, (_, size) in (*self.maps.items(), *self.found.items()))
+        if hit():
+            return True
         self.sync_maps()
-        return any(base < addr + length and addr < base + size
-                   for base, (_, size) in (*self.maps.items(), *self.found.items()))
+        return hit()
 
     def populate(self, addr: int, length: int) -> None:
         """``madvise(MADV_POPULATE_WRITE)``: the host faults the pages in (EFAULT past what
@@ -368,7 +374,6 @@ class ShmMap(mmap.mmap):
         if start % mmap.PAGESIZE:
             raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))   # madvise(2): unaligned
         assert addr is not None
-        files.sync_maps()
         files.populate(addr + start, min(length, size - start))
         return None
 
