@@ -3,10 +3,11 @@ the rank's fake CUDA process attached to the shared fake host.
 
 Each call builds, in the rank: a ``FakeCuda`` (``torch.cuda.cudart()``, cuda-bindings and
 ctypes' libcudart reach it; ``torch.cuda.is_available()`` answers as the device profile, as
-on a GPU rank) whose ``cudaHostRegister`` pins this rank's pages on the host
-(:mod:`kvreg.fakes.cuda.host_pins`); ``/proc/meminfo`` and the cgroup's files answering from
-the host (so ``psutil.virtual_memory()`` falls as the ranks fault pages in); ``/dev/shm``
-answering from the host (:mod:`kvreg.fakes.host.shm_files`). A rank the host's OOM killer
+on a GPU rank, unless the call says ``cuda_machine=False``) whose ``cudaHostRegister`` pins
+this rank's pages on the host (:mod:`kvreg.fakes.cuda.host_pins`); ``/proc/meminfo`` and
+the cgroup's files answering from the host (so ``psutil.virtual_memory()`` falls as the
+ranks fault pages in); ``/dev/shm`` answering from the host
+(:mod:`kvreg.fakes.host.shm_files`). A rank the host's OOM killer
 chose ends as the kernel ends it, by SIGKILL, whatever the code was doing: at once when its
 own call was the one that did not fit, within ``OOM_POLL_S`` when a peer's was (a watcher
 reads the host), so code that catches ``OomKilled`` never runs on as a dead process.
@@ -66,7 +67,7 @@ def current() -> RankContext:
 
 
 @contextmanager
-def _rank_world(host_path: str, profile: str) -> Iterator[RankContext]:
+def _rank_world(host_path: str, profile: str, cuda_machine: bool) -> Iterator[RankContext]:
     rank = int(os.environ["RANK"])
     host = FakeHost(host_path)
     memory = host.rank(rank)
@@ -79,7 +80,7 @@ def _rank_world(host_path: str, profile: str) -> Iterator[RankContext]:
     _CURRENT.append(context)
     watcher.start()
     try:
-        with fake.patch(cuda_machine=True), patch_host_files(host), \
+        with fake.patch(cuda_machine=cuda_machine), patch_host_files(host), \
                 patch_shm(memory, on_oom="kill"):
             yield context
     finally:
@@ -88,11 +89,17 @@ def _rank_world(host_path: str, profile: str) -> Iterator[RankContext]:
         _CURRENT.remove(context)
 
 
-def run_on_host(host_path: str, spec: str, args: tuple[Any, ...], profile: str) -> Any:
+def run_on_host(host_path: str, spec: str, args: tuple[Any, ...], profile: str,
+                cuda_machine: bool = True, setup: str | None = None) -> Any:
     """Run ``spec`` (``module:function``) with ``args`` in this rank, on the host at
-    ``host_path``; its value goes back to the test."""
+    ``host_path``; its value goes back to the test. ``cuda_machine``: torch's device
+    queries answer as the profile (a GPU rank), as ``kvreg_cuda_machine`` does. ``setup``
+    (``module:function``) runs first, before the fakes answer: imports that probe the
+    machine, as a rank's imports run before it initialises CUDA."""
+    if setup is not None:
+        resolve(setup)()
     try:
-        with _rank_world(host_path, profile):
+        with _rank_world(host_path, profile, cuda_machine):
             return resolve(spec)(*args)
     except OomKilled:
         _die()

@@ -109,12 +109,16 @@ class RankRuns:
             host: HostLimits | Mapping[str, Any], args: Sequence[Any] = (),
             args_per_rank: Sequence[Sequence[Any]] | None = None,
             timeout: float = DEFAULT_TIMEOUT_S, env: Mapping[str, str] | None = None,
-            check: bool = True, before: Callable[[FakeHost], None] | None = None
+            check: bool = True, before: Callable[[FakeHost], None] | None = None,
+            cuda_machine: bool = True, setup: Callable[[], Any] | str | None = None
             ) -> RanksResult:
         """Run ``fn`` (a module-level function, or ``"module:function"``) on ``ranks``
         processes of a fresh host ``host`` (``before(host)`` may prepare it: a stale
         ``/dev/shm`` file from a crashed run), ``args`` to every rank or ``args_per_rank``.
-        ``check``: a rank that did not return fails the test (pytest.fail, one line a rank)."""
+        ``check``: a rank that did not return fails the test (pytest.fail, one line a rank).
+        ``cuda_machine=False``: torch's device queries stay the CPU build's (for code whose
+        imports ask the device more than kvreg models: ``get_device_name``). ``setup`` (a
+        module-level function) runs in each rank before the fakes answer (its imports)."""
         from kvreg.fakes.host.fake_host import FakeHost
 
         spec = _spec(fn)
@@ -125,7 +129,8 @@ class RankRuns:
             before(fake_host)
         per_rank = ([tuple(a) for a in args_per_rank] if args_per_rank is not None
                     else [tuple(args)] * ranks)
-        calls = [(str(path), spec, a, self.profile) for a in per_rank]
+        first = None if setup is None else _spec(setup)
+        calls = [(str(path), spec, a, self.profile, cuda_machine, first) for a in per_rank]
         outcomes = self._group(ranks, env).run("kvreg.harness.plugin.rank_side:run_on_host",
                                                calls, timeout=timeout)
         result = _end_state(fake_host, outcomes, timeout)

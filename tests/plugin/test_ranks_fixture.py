@@ -2,7 +2,7 @@
 
 ``shared_region`` below is written the way serving engines share a KV region between the
 ranks of one machine (vLLM's ``SharedOffloadRegion`` + ``pin_mmap_region`` do the same
-steps: docs/real-code-trials.md §8): the first rank to create ``/dev/shm/<name>`` with
+steps: docs/real-code-trials.md §6): the first rank to create ``/dev/shm/<name>`` with
 ``O_EXCL`` sizes it, the others open it and wait for the size, every rank maps it, a barrier,
 the creator unlinks it, each rank populates its own slots with ``MADV_POPULATE_WRITE``,
 takes the address with ``torch.frombuffer`` and ``cudaHostRegister``s the whole region. It
