@@ -52,10 +52,26 @@ def shared_region(size: int, slot: int, keep: bool = False) -> dict[str, Any]:
     return {"creator": creator, "code": code}
 
 
-def hang_on(rank: int) -> None:
-    if dist.get_rank() == rank:
-        time.sleep(3600)
-    dist.barrier()
+_SET_UP: list[bool] = []
+
+
+def note_setup() -> None:
+    """A rank's imports: runs before the fakes answer (torch's CPU build is seen)."""
+    _SET_UP.append(torch.cuda.is_available())
+
+
+def what_the_rank_sees(tag: str) -> dict[str, Any]:
+    from kvreg.harness.plugin.rank_side import current
+
+    context = current()
+    return {"tag": tag, "rank": dist.get_rank(), "env_rank": os.environ["RANK"],
+            "context_rank": context.rank, "cuda": torch.cuda.is_available(),
+            "setup_saw_cuda": list(_SET_UP), "psutil_total": _meminfo_total()}
+
+
+def _meminfo_total() -> int:
+    with open("/proc/meminfo") as f:
+        return int(f.readline().split()[1]) * 1024
 
 
 def test_four_ranks_share_and_pin_one_half_tib_region(kvreg_ranks: Any) -> None:
@@ -120,6 +136,18 @@ def test_hang(kvreg_ranks):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*hang_on on 2 ranks did not return on every rank*",
                                  "rank 0: hung: *timeout of 2 s*", "rank 1: hung: *"])
+
+
+def test_setup_args_per_rank_and_the_cpu_view(kvreg_ranks: Any) -> None:
+    result = kvreg_ranks.run(what_the_rank_sees, ranks=2, host={"ram": "3TiB"},
+                             args_per_rank=[("a",), ("b",)], setup=note_setup,
+                             cuda_machine=False)
+    assert [v["tag"] for v in result.values] == ["a", "b"]
+    assert all(v["rank"] == v["context_rank"] == int(v["env_rank"]) for v in result.values)
+    assert all(v["setup_saw_cuda"][-1] is False for v in result.values)
+    assert all(v["psutil_total"] == 3 * TiB for v in result.values)   # /proc/meminfo: the host
+    gpu = kvreg_ranks.run(what_the_rank_sees, ranks=2, host={"ram": "3TiB"}, args=("c",))
+    assert all(v["cuda"] is True for v in gpu.values)      # a GPU rank by default
 
 
 def test_a_lambda_is_refused_with_a_reason(kvreg_ranks: Any) -> None:
