@@ -34,7 +34,7 @@ RW = mmap.PROT_READ | mmap.PROT_WRITE
 
 
 def _host(tmp_path: Path, **limits: object) -> FakeHost:
-    return FakeHost.create(tmp_path / "host.json", HostLimits(**limits))  # type: ignore[arg-type]
+    return FakeHost.create(tmp_path / "host.json", HostLimits(**limits))
 
 
 def _create(size: int) -> int:
