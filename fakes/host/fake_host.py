@@ -184,8 +184,10 @@ def _room(st: dict[str, Any], lim: HostLimits, need: int) -> bool:
 
 
 def _drop_file_if_gone(st: dict[str, Any], name: str) -> None:
+    """An unlinked file's pages go when nothing refers to them: no mapping and no pin (a
+    pin holds its pages after munmap, until it is unregistered: pin_user_pages.rst)."""
     f = st["files"][name]
-    if f["unlinked"] and not f["mapped_by"]:
+    if f["unlinked"] and not f["mapped_by"] and not any(f["pins"].values()):
         del st["files"][name]   # the last reference closed: tmpfs frees the pages
 
 
@@ -375,11 +377,16 @@ class RankMemory:
             self._file(st, name)["unlinked"] = True
             _drop_file_if_gone(st, name)
 
-    def map_shm(self, name: str, addr: int, length: int, offset: int = 0) -> None:
-        """mmap(MAP_SHARED) of the file at ``addr`` in this rank's address space."""
+    def map_shm(self, name: str, addr: int, length: int, offset: int = 0, *,
+                unlinked: bool = False) -> None:
+        """mmap(MAP_SHARED) of the file at ``addr`` in this rank's address space.
+        ``unlinked``: the mapping was made before the name was unlinked and is seen only
+        now (a file still referenced keeps its pages)."""
         with self.host.state.change() as st:
             self._alive(st)
-            f = self._file(st, name)
+            f = st["files"].get(name) if unlinked else None
+            if f is None:
+                f = self._file(st, name)
             if self.rank not in f["mapped_by"]:
                 f["mapped_by"].append(self.rank)
         self._maps.append((addr, length, name, offset))
@@ -586,6 +593,7 @@ class RankMemory:
                 f = st["files"].get(space[5:])
                 if f is not None:
                     f["pins"][self._key], _ = P.remove(f["pins"].get(self._key, []), a, b)
+                    _drop_file_if_gone(st, space[5:])
 
     def live_pins(self) -> dict[int, int]:
         """This rank's live pins: base -> bytes."""

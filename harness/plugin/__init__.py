@@ -1,7 +1,8 @@
 """kvreg's pytest plugin: the ``pytest11`` entry point ``kvreg`` is this module (``-p
 kvreg.harness.plugin`` where plugin autoloading is off). Its fixtures, markers and leak check
 are here; scenario files as test items in :mod:`.scenarios`, the fixtures for a user's own
-pool class in :mod:`.pool_class`.
+pool class in :mod:`.pool_class`, the fixture that runs a function on N rank processes of
+one fake host in :mod:`.ranks`.
 
 Loading it imports nothing heavy (no torch, numpy, cuda-bindings or pyverbs): the fakes are
 imported when a fixture is first used, as Hypothesis keeps its plugin separate.
@@ -19,6 +20,7 @@ from kvreg.harness.run.targets import user_styles
 
 from .pool_class import MARKERS as POOL_MARKERS
 from .pool_class import kvreg_host_memory, kvreg_pool_check
+from .ranks import kvreg_ranks
 
 if TYPE_CHECKING:
     from kvreg.fakes.cuda.fake_cuda import FakeCuda
@@ -27,8 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MARKERS", "PoolFactory", "PoolHandle", "fake_cudart", "fake_mooncake", "fake_verbs",
            "kvreg_faults", "kvreg_host_memory", "kvreg_mooncake_store", "kvreg_pool",
-           "kvreg_pool_check", "pytest_addoption", "pytest_configure", "pytest_report_header",
-           "pytest_runtest_call", "pytest_runtest_setup"]
+           "kvreg_pool_check", "kvreg_ranks", "pytest_addoption", "pytest_configure",
+           "pytest_report_header", "pytest_runtest_call", "pytest_runtest_setup"]
 
 MARKERS = {
     "kvreg_allow_leaks": "kvreg_allow_leaks: the test may end with host registrations still "
