@@ -117,6 +117,23 @@ class FakeHost:
         victim learns it at its next call, for ranks that share one process)."""
         return RankMemory(self, rank, pid=pid)
 
+    def rendezvous(self, name: str, parties: int, timeout: float) -> bool:
+        """Wait until ``parties`` callers have arrived at ``name`` (True), or ``timeout``
+        seconds passed (False: a peer that never comes, say one whose build failed, delays
+        the others but never holds them). The ranks of a many-rank scenario meet here before
+        they register, as an engine's ranks start together after their process group forms:
+        so what overlaps in time on a machine (pins of the same shared pages) overlaps here
+        too, however the processes were scheduled up to that point."""
+        with self.state.change() as st:
+            met = st.setdefault("rendezvous", {})
+            met[name] = met.get(name, 0) + 1
+        deadline = time.monotonic() + timeout
+        while self.state.read().get("rendezvous", {}).get(name, 0) < parties:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.001)
+        return True
+
     # -- host-wide figures ------------------------------------------------------------------
     def totals(self, state: dict[str, Any] | None = None) -> HostTotals:
         st = self.state.read() if state is None else state

@@ -33,6 +33,10 @@ __all__ = ["ImplSpec", "implementation", "rank_faults", "run_rank"]
 ImplSpec = tuple[Any, str | None]
 _LOADED: dict[Any, Implementation] = {}
 
+# how long a rank waits for its peers before its register (a peer that failed to build never
+# comes; the wait is bounded, never a hang)
+REGISTER_MEET_S = 5.0
+
 
 def implementation(how: ImplSpec) -> Implementation:
     """The implementation ``how`` names, loaded once in this rank process."""
@@ -70,6 +74,9 @@ def run_rank(sc: Scenario, how: ImplSpec, host_path: str, shared: str | None,
 
     def build() -> Any:
         built.append(target.build_rank(mine, impl, "fake", place))
+        # every rank's register starts together (FakeHost.rendezvous): a verdict on pins
+        # that race must not depend on how the ranks were scheduled while they built
+        host.rendezvous("register", world_size, REGISTER_MEET_S)
         return built[0]
 
     result = judge_run(mine, impl, build, keep_trace=keep_trace)

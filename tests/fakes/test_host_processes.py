@@ -155,3 +155,24 @@ def _shared_codes(tmp_path: Path, serialize: bool) -> dict[int, int]:
 def test_concurrent_pins_of_shared_pages_fail_and_serialized_ones_pass(tmp_path: Path) -> None:
     assert _shared_codes(tmp_path, serialize=False) == {r: 1 for r in range(N)}
     assert _shared_codes(tmp_path, serialize=True) == {r: 0 for r in range(N)}
+
+
+def _meet(path: str, name: str, parties: int, out: Any) -> None:
+    out.put(FakeHost(path).rendezvous(name, parties, WAIT))
+
+
+def test_ranks_meet_before_they_register_and_a_missing_peer_never_holds_them(
+        tmp_path: Path) -> None:
+    """FakeHost.rendezvous: the ranks of a many-rank scenario start their registers together
+    (so pins that race overlap on any machine); a peer that never comes costs the others
+    the timeout, not a hang."""
+    host = FakeHost.create(tmp_path / "host.json", HostLimits(ram=TiB))
+    out = CTX.Queue()
+    procs = [CTX.Process(target=_meet, args=(str(host.state.path), "register", N, out))
+             for _ in range(N)]
+    for p in procs:
+        p.start()
+    assert sorted(out.get(timeout=WAIT) for _ in range(N)) == [True] * N
+    for p in procs:
+        p.join(WAIT)
+    assert host.rendezvous("alone", 2, 0.05) is False      # the second party never came
