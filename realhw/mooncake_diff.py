@@ -36,7 +36,8 @@ SAFE_CLOSED = ("setup", "put_from", "get", "batch_put_multi", "health_check", "c
 
 @dataclass(frozen=True)
 class Op:
-    """One store call: a name of :func:`run_side`'s table and symbolic arguments."""
+    """One call: a name of its side's call table (:func:`run_side`'s, or the engine suite's)
+    and symbolic arguments."""
 
     name: str
     args: tuple[Any, ...] = ()

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from .mooncake_diff import Comparison, Divergence, Op
+
 __all__ = ["BUF", "DIVERGENCES", "EngineComparison", "EngineDifferential", "EngineSide", "Op",
            "generate", "run_side"]
 
@@ -46,17 +48,6 @@ POOL_ENV = "MC_TCP_ENABLE_CONNECTION_POOL"
 UNSETTLED = "unsettled"     # the digest after a failed multi-entry batch (module docstring)
 _FAILED_BATCH = ("batch_write", "batch_read", "async_write", "async_read")
 _RETRIED = ("write", "read", "opcode_write", *_FAILED_BATCH, "submit_write")
-
-
-@dataclass(frozen=True)
-class Op:
-    """One engine call: a name of :func:`_call`'s table and symbolic arguments."""
-
-    name: str
-    args: tuple[Any, ...] = ()
-
-    def __str__(self) -> str:
-        return f"{self.name}{self.args!r}"
 
 
 @dataclass
@@ -302,15 +293,6 @@ def run_side(side: EngineSide, ops: Sequence[Op]) -> list[Any]:
     return out
 
 
-@dataclass(frozen=True)
-class Divergence:
-    """A known difference: which op it touches, why the fake keeps it, and the evidence."""
-
-    name: str
-    evidence: str
-    applies: Callable[[Op, Any, Any], bool]
-
-
 def _spurious(op: Op, real: Any, fake: Any) -> bool:
     """The real call failed, its retry agrees with the fake's first try, bytes agree."""
     if op.name not in _RETRIED or real[1] != fake[1]:
@@ -333,38 +315,18 @@ DIVERGENCES: tuple[Divergence, ...] = (
 
 
 @dataclass
-class EngineComparison:
-    """Counts over every call compared, and the differences by divergence name."""
+class EngineComparison(Comparison):
+    """The store suite's counts (:class:`~.mooncake_diff.Comparison`), against the engine's
+    divergences, and how many calls of each name were compared."""
 
-    calls: int = 0
-    agreeing: int = 0
-    named: dict[str, int] = field(default_factory=dict)
-    unexplained: list[str] = field(default_factory=list)
     by_call: dict[str, int] = field(default_factory=dict)
 
     def add(self, seed: int, ops: Sequence[Op], real: Sequence[Any], fake: Sequence[Any],
             divergences: Sequence[Divergence] = DIVERGENCES) -> None:
-        for i, (op, r, f) in enumerate(zip(ops, real, fake, strict=True)):
-            self.calls += 1
+        before = self.calls
+        super().add(seed, ops, real, fake, divergences)
+        for op in ops[:self.calls - before]:
             self.by_call[op.name] = self.by_call.get(op.name, 0) + 1
-            if r == f:
-                self.agreeing += 1
-                continue
-            hit = next((d for d in divergences if d.applies(op, r, f)), None)
-            if hit is not None:
-                self.named[hit.name] = self.named.get(hit.name, 0) + 1
-                continue
-            history = "\n".join(f"  {j:2d} {o}  real={rv!r} fake={fv!r}"
-                                for j, (o, rv, fv) in enumerate(zip(ops[:i + 1], real, fake,
-                                                                    strict=False)))
-            self.unexplained.append(f"seed {seed}, call {i} {op}: real {r!r}, fake {f!r}\n"
-                                    f"{history}")
-            return   # later calls depend on this one
-
-    def summary(self) -> str:
-        named = ", ".join(f"{k} {v}" for k, v in sorted(self.named.items())) or "none"
-        return (f"{self.calls} calls compared, {self.agreeing} agreeing, named divergences: "
-                f"{named}, unexplained: {len(self.unexplained)}")
 
 
 class EngineDifferential:
