@@ -110,7 +110,7 @@ class Reservation:
         lead, inpage = offset & ~(PAGE - 1), offset & (PAGE - 1)
         # what an mmap would map: the pages holding [base, base + nbytes)
         self.mapped = max(PAGE, (inpage + nbytes + PAGE - 1) & ~(PAGE - 1))
-        self.span = lead + self.mapped + align + PAGE                # guard page after the end
+        self.span = lead + self.mapped + align + PAGE                # guard pages on both sides
         self.released = False
         fd = os.memfd_create(f"kvreg:{name}"[:240] or "kvreg", os.MFD_CLOEXEC)
         try:
@@ -118,7 +118,8 @@ class Reservation:
             region = _reserve(libc, self.span)
             if region in (None, _MAP_FAILED):
                 raise _no_room(nbytes, ctypes.get_errno())
-            start = ((region + align - 1) & ~(align - 1)) + lead
+            # a guard page before the buffer too: an aligned region would else abut the mapping below
+            start = ((region + PAGE + align - 1) & ~(align - 1)) + lead
             got = libc.mmap(start, self.mapped, _PROT_RW,
                             _MAP_SHARED | _MAP_FIXED | _MAP_NORESERVE, fd, 0)
             if got != start:

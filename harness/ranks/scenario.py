@@ -222,6 +222,15 @@ def _peer_failures(judged: dict[int, ScenarioResult], run: RanksRun) -> None:
         own = run.facts.get(rank)
         if own is None or own["failed_calls"] or own["registered"]:
             continue        # its own failure, or it kept its pool: the rule stands
+        raised = any(v.rule == "unexpected-error" for v in rank_result.violations)
+        if raised and run.dead:
+            # a collective raised once a peer's process was gone (gloo answers a closed
+            # connection before kvreg stops the rank): as stopped as a rank kvreg killed
+            first = min(run.dead)
+            rank_result.verdict = "error"
+            rank_result.reason = f"stopped: rank {first} died ({run.dead[first]})"
+            rank_result.violations = []
+            continue
         if not (peers_failed - {rank}) and demand <= capacity:
             continue
         kept = [v for v in rank_result.violations if v.rule != "unexpected-error"]
