@@ -16,8 +16,9 @@ when unset in 0.3.13.post1, §8.8): one can land more than a second later, and s
 destination was registered in between. A pooled run (``pooled=True``) therefore stops
 comparing the buffers' digests after the first failed multi-entry batch of a sequence
 (``UNSETTLED`` on both sides; codes still are); an unpooled one compares them all. The driver
-also waits a moment after such a batch and zeroes its destinations on both sides. A failed
-transfer is made once more (``spurious-transfer-failure``).
+also waits after such a batch until the real buffers stop changing (a fixed pause was not
+enough on a loaded machine) and zeroes its destinations on both sides. A failed transfer is
+made once more (``spurious-transfer-failure``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ XFER_SIZES = (0, 1, 8, 100, 4096, 65536 + 7)
 TARGETS = ("b", "b", "b", "b", "a", "nobody")
 MANAGED_SIZES = (4096, 9000, 70000, 1 << 20)
 SETTLE_S = 0.05
+SETTLE_MAX_S = 2.0
 POOL_ENV = "MC_TCP_ENABLE_CONNECTION_POOL"
 UNSETTLED = "unsettled"     # the digest after a failed multi-entry batch (module docstring)
 _FAILED_BATCH = ("batch_write", "batch_read", "async_write", "async_read")
@@ -62,6 +64,7 @@ class EngineSide:
     settle: Callable[[], None] = lambda: None
     opcode_write: Any = None           # the module's TransferOpcode.Write
     pooled: bool = False               # pooled tcp lanes: failed batches leave stragglers
+    stragglers: bool = False           # a real engine: a failed batch's entries may still land
     results: list[Any] = field(default_factory=list)
 
     def engine(self, which: str) -> Any:
@@ -250,7 +253,10 @@ MOVES = ("write", "read", "opcode_write", "batch_write", "batch_read", "async_wr
 def _repair(side: EngineSide, op: Op) -> None:
     """After a failed multi-entry batch: let the real one's stragglers land, then zero its
     destinations on this side (module docstring)."""
-    side.settle()
+    if side.stragglers:
+        _quiesce(side)
+    else:
+        side.settle()
     target, entries, _ = op.args
     for lo, ro, size in entries:
         if op.name in ("batch_write", "async_write"):
@@ -380,6 +386,7 @@ class EngineDifferential:
         data = np.random.default_rng(seed).integers(0, 256, BUF, dtype=np.uint8)
         real = self._side(self.real, data, lambda: time.sleep(SETTLE_S),
                           self.real_module.TransferOpcode.Write)
+        real.stragglers = True
         fake = self._side(self.fakes, data, lambda: None, TransferOpcode.Write)
         before = len(self.result.unexplained)
         r = run_side(real, ops)
@@ -388,6 +395,20 @@ class EngineDifferential:
         if len(self.result.unexplained) > before:
             self.result.unexplained[-1] += "\n" + _byte_difference(real, fake)
         return self.result
+
+
+def _quiesce(side: EngineSide) -> None:
+    """Wait until the real side's buffers stop changing: a failed batch's other entries can
+    still be in flight on a loaded machine, so a fixed pause is not enough (at most
+    ``SETTLE_MAX_S``; a straggler later than that shows as a difference, as before)."""
+    time.sleep(SETTLE_S)
+    last, deadline = _digest(side), time.monotonic() + SETTLE_MAX_S
+    while time.monotonic() < deadline:
+        time.sleep(SETTLE_S)
+        now = _digest(side)
+        if now == last:
+            return
+        last = now
 
 
 def _byte_difference(real: EngineSide, fake: EngineSide) -> str:
