@@ -5,8 +5,8 @@ Each buffer is registered by ``register_memory`` and every return checked. Not o
 buffer's warning and returned 0 (#2869, docs/mooncake-verbs.md §8.3), so only the single
 call reports a failure on every engine version. A failure unregisters what this call
 registered, newest first, then raises RuntimeError naming the buffer and the code; teardown
-unregisters each buffer once, by its base, and forgets it (a second teardown has nothing
-left to release).
+unregisters each buffer once, by its base, and forgets it, keeping only those the engine
+refused for a later round.
 """
 
 from __future__ import annotations
@@ -33,16 +33,11 @@ def register(engine: Any, buffers: KvBuffers) -> list[int]:
 
 
 def teardown(engine: Any, handle: list[int]) -> None:
-    """Unregister every base once; raise naming those whose unregister failed."""
-    failed = []
-    while handle:
-        base = handle.pop()
-        rc = engine.unregister_memory(base)
-        if rc != 0:
-            failed.append((base, rc))
+    """Unregister every base once, newest first; keep those whose unregister failed (a
+    later round retries them) and raise naming them."""
+    failed = [(base, rc) for base in reversed(handle)
+              if (rc := engine.unregister_memory(base)) != 0]
+    handle[:] = [base for base, _ in reversed(failed)]
     if failed:
         raise RuntimeError("unregister_memory failed: "
                            + ", ".join(f"{b:#x} -> {rc}" for b, rc in failed))
-
-
-teardown.repeatable = True  # type: ignore[attr-defined]
