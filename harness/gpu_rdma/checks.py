@@ -165,15 +165,15 @@ def check_failure_dropped(r: GrRecord) -> list[Violation]:
                 c.seq))
             continue
         for e in missing:
-            c = _silent(r, n, e)
-            if c is not None:
+            batch = _silent(r, n, e)
+            if batch is not None:
                 out.append(Violation(
                     "registration-failure-dropped",
-                    f"{n.node}: {_call_text(n, c)} returned 0 but its RDMA transport failed "
+                    f"{n.node}: {_call_text(n, batch)} returned 0 but its RDMA transport failed "
                     f"{e.name} ({e.kind}, {e.nbytes} bytes): the engine logged a warning and "
                     "kept the region with no MR (Mooncake before v0.3.12, #2869); register "
                     "every buffer with register_memory, or check each one, on such engines",
-                    c.seq))
+                    batch.seq))
                 break
     return out
 
@@ -239,7 +239,7 @@ def check_batch_entries(r: GrRecord) -> list[Violation]:
 
 @rule("unexpected-error", target=TARGET, doc=DOC)
 def check_unexpected(r: GrRecord) -> list[Violation]:
-    out = []
+    out: list[Violation] = []
     if r.expect != "success":
         return out
     for n in r.nodes:
@@ -320,7 +320,7 @@ def check_transfers(r: GrRecord) -> list[Violation]:
 def check_leak(r: GrRecord) -> list[Violation]:
     if r.teardown_start is None or not any(s.startswith("teardown") for s in r.exercised):
         return []
-    out = []
+    out: list[Violation] = []
     for n in r.nodes:
         ours = {a for c in _calls(r, n, REGISTER_APIS) if c.code == 0 for a, _ in
                 _entries_of(c)}
