@@ -197,5 +197,6 @@ def build_world(sc: Scenario, impl: Implementation, backend: Any) -> GpuRdmaWorl
     budget = CallBudget(fake.faults, "mooncake.engine.*", sc.call_budget, "engine")
     record = GrRecord(sc.expect, [NodeRun(n.name, n.layout.buffers.entries,
                                           tuple(name for name, _ in opts.nics))
-                                  for n in nodes], exercised=sc.exercise)
+                                  for n in nodes], exercised=sc.exercise,
+                      repeatable=impl.contract.repeatable)
     return GpuRdmaWorld(opts, fake, nodes, record, budget)

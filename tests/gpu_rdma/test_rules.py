@@ -89,7 +89,8 @@ def test_a_silent_batch_failure_shows_in_the_transfers() -> None:
         in found[0]
 
 
-CORRECT = ["vllm_per_buffer", "cached_handles", "retries_once", "sglang_batch_fixed", ""]
+CORRECT = ["vllm_per_buffer", "cached_handles", "retries_once", "sglang_batch_fixed",
+           "once_only_teardown", ""]
 # a batch's result cannot show a failure the engine dropped (before v0.3.12, #2869)
 SKIP = {("sglang_batch_fixed", "gpu_rdma/faults/old-engine-silent-batch")}
 
@@ -102,3 +103,16 @@ def test_correct_implementations_pass_the_catalog(name: str) -> None:
         result = run(name, scenario_id)
         assert result.verdict == "pass", (scenario_id, [v.as_dict() for v in
                                                         result.violations], result.reason)
+
+
+def test_a_once_only_teardown_is_warned_not_failed_for_what_it_could_not_release() -> None:
+    # the engine refused one unregister (an injected -1): code that declares one teardown
+    # round reported it and cannot retry; a leak of code that never tried is a failure
+    result = run("once_only_teardown", "gpu_rdma/faults/unregister-fails-once")
+    assert result.verdict == "pass"
+    assert [(w.rule, w.message.split(":")[0]) for w in result.warnings] == [
+        ("unregister-not-retried", "decode")]
+    assert "returned -1 (ERR_INVALID_ARGUMENT) and no later teardown" in \
+        result.warnings[0].message
+    assert [v.rule for v in run("never_unregisters", "gpu_rdma/faults/unregister-fails-once")
+            .violations] == ["leak", "leak"]
