@@ -116,3 +116,29 @@ def test_a_once_only_teardown_is_warned_not_failed_for_what_it_could_not_release
         result.warnings[0].message
     assert [v.rule for v in run("never_unregisters", "gpu_rdma/faults/unregister-fails-once")
             .violations] == ["leak", "leak"]
+
+
+@pytest.mark.parametrize(("scenario", "pinned"), [
+    # docs/cuda-runtime.md §14.4: 224 MiB of a T4's BAR1 usable, 513 GPU pages a block: the
+    # seventh block is the first MR past it
+    ("gpu_rdma/gpu_memory/small-bar1", 6),
+    # no nvidia-peermem, or VMM memory the peer client will not pin: the first block
+    ("gpu_rdma/gpu_memory/no-peermem", 0),
+    ("gpu_rdma/gpu_memory/expandable-segments", 0),
+])
+def test_gpu_memory_the_nic_cannot_pin_fails_at_the_engine(scenario: str, pinned: int) -> None:
+    # the engine's ibv_reg_mr fails with EFAULT and register_memory returns -202
+    # (ERR_CONTEXT, docs/mooncake-verbs.md §8.2); the reference raises and rolls back
+    result = run("", scenario)
+    assert result.verdict == "pass"
+    lines = (result.trace_text or "").splitlines()
+    first = next(i for i, line in enumerate(lines) if "EFAULT" in line)
+    assert ".reg_mr(" in lines[first] and lines[first].endswith("-> 14 EFAULT")
+    assert ".register_memory(" in lines[first + 1]
+    assert lines[first + 1].endswith("-> -202 ERR_CONTEXT")
+    assert sum(1 for line in lines[:first] if ".reg_mr(" in line) == pinned
+    assert sum(1 for line in lines if "unregister_memory" in line) == pinned
+    result = run("sglang_debug_log", scenario)
+    assert result.violations[0].rule == "registration-failure-dropped"
+    assert "returned -202 (ERR_CONTEXT) and register returned normally; 16 buffer(s) are " \
+        "not registered" in result.violations[0].message
