@@ -26,6 +26,7 @@ __all__ = ["DEFAULT_TARGET", "REFERENCE_STYLE", "TARGETS", "default_configs", "g
 TARGETS: dict[str, str] = {
     "cuda": "kvreg.harness.cuda.target",
     "mooncake": "kvreg.harness.mooncake.target",
+    "gpu_rdma": "kvreg.harness.gpu_rdma.target",
 }
 # kvreg's own registration, which every target has (its reference.py)
 REFERENCE_STYLE = "reference"

@@ -1,0 +1,14 @@
+"""The ``gpu_rdma`` target: GPU KV caches (and host aux/state buffers) registered for RDMA
+through Mooncake's Transfer Engine on a prefill and a decode node, then written across.
+
+The files every target has: ``target`` (the Target), ``options`` (the ``gpu_rdma`` table),
+``world`` (the two nodes and the run the core drives), ``reference``, ``styles``,
+``transfers`` (page writes prefill -> decode), ``selection`` and ``checks``; and its own:
+``buffers`` (the ``KvBuffers`` shape a style receives) and ``layout`` (GPU memory as the
+engines allocate it).
+"""
+
+# the implementation styles this target runs (import-light: see harness/cuda/__init__.py);
+# a ``nixl`` style takes the same KvBuffers (each entry's kind VRAM/DRAM and device) and an
+# agent instead of the engine
+STYLES = ("mooncake_engine",)

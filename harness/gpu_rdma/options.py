@@ -1,0 +1,148 @@
+"""A ``gpu_rdma`` scenario's own options (the ``gpu_rdma`` table): schema, validation,
+defaults, and what a scenario fixes for the process.
+
+Options, all optional (docs/gpu-rdma.md §2):
+
+- ``nics``: NIC name -> NIC profile on each node (default ``{ mlx5_0 = "mlx5" }``); the
+  engine is initialized with all of them (one MR per NIC per buffer, docs/mooncake-verbs.md §8.2)
+- ``gpu``: the fake GPU's device profile (default ``h200-r580``, fakes/cuda/profile.py)
+- ``peermem``: nvidia-peermem loaded (default: the profile's; docs/cuda-runtime.md §14.4)
+- ``bar1``: usable BAR1 bytes per GPU (default: the profile's), pinned in 64 KiB pages
+- ``engine``: the Transfer Engine's version: ``v0.3.13`` (default: #2854, #2869, #2965 in) or
+  ``v0.3.11`` (before v0.3.12: batch checks, batch errors and transport rollback absent);
+  ``batch_validates`` / ``batch_propagates_errors`` / ``rolls_back_transports`` switch one
+  each (docs/mooncake-verbs.md §8.3)
+- ``allocator``: ``cudaMalloc`` (one block per buffer, as SGLang's pools), ``one_block``
+  (every KV buffer a view into one cudaMalloc block: interior pointers, Mooncake #2035) or
+  ``expandable_segments`` (PyTorch's VMM segments in 20 MiB mappings, Mooncake #2511)
+- ``vmm_gdr``: the expandable segments' memory created ``gpuDirectRDMACapable`` (default
+  false) [UNC]
+- ``aux`` / ``aux_bytes`` / ``aux_item``: host aux buffers (default 2 of 64 KiB, 64 B items)
+- ``state`` / ``state_bytes``: GPU state buffers (default none, 8 MiB each)
+- ``transfers``: the transfers step writes pages prefill -> decode (default true)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kvreg.fakes.cuda.profile import PROFILES
+from kvreg.fakes.mooncake.profiles import ENGINE_BEFORE_V0_3_12, get_store_profile
+from kvreg.fakes.verbs.profiles import get_nic_profile
+from kvreg.harness.run.target import ProcessConfig
+
+if TYPE_CHECKING:
+    from kvreg.fakes.cuda.profile import DeviceProfile
+    from kvreg.fakes.mooncake.profiles import StoreProfile
+    from kvreg.harness.scenario.format import Scenario
+
+__all__ = ["ALLOCATORS", "ENGINES", "NODES", "GpuRdmaOptions", "process_config",
+           "validate_options"]
+
+ALLOCATORS = ("cudaMalloc", "one_block", "expandable_segments")
+ENGINES = ("v0.3.13", "v0.3.11")
+# the nodes of every scenario, in registration order: prefill writes into decode
+NODES = ("prefill", "decode")
+# the engine switches a scenario may set one by one -> the StoreProfile field
+_SWITCHES = {"batch_validates": "engine_batch_validates",
+             "batch_propagates_errors": "engine_batch_propagates_errors",
+             "rolls_back_transports": "engine_rolls_back_transports"}
+_BOOLS = ("peermem", "vmm_gdr", "transfers", *_SWITCHES)
+_COUNTS = ("aux", "state")
+_BYTES = ("bar1", "aux_bytes", "aux_item", "state_bytes")
+_KNOWN = ("nics", "gpu", "engine", "allocator", *_BOOLS, *_COUNTS, *_BYTES)
+
+
+@dataclass(frozen=True)
+class GpuRdmaOptions:
+    """A scenario's ``gpu_rdma`` table, with defaults."""
+
+    nics: tuple[tuple[str, str], ...] = (("mlx5_0", "mlx5"),)
+    gpu: str = "h200-r580"
+    peermem: bool | None = None
+    bar1: int | None = None
+    engine: str = "v0.3.13"
+    batch_validates: bool | None = None
+    batch_propagates_errors: bool | None = None
+    rolls_back_transports: bool | None = None
+    allocator: str = "cudaMalloc"
+    vmm_gdr: bool = False
+    aux: int = 2
+    aux_bytes: int = 64 << 10
+    aux_item: int = 64
+    state: int = 0
+    state_bytes: int = 8 << 20
+    transfers: bool = True
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> GpuRdmaOptions:
+        """Options already checked by :func:`validate_options`."""
+        kw = dict(options)
+        if "nics" in kw:
+            kw["nics"] = tuple((str(k), str(v)) for k, v in kw["nics"].items())
+        return cls(**kw)
+
+    def device_profile(self) -> DeviceProfile:
+        """The GPU's profile with the scenario's peermem and BAR1 (bar1: usable bytes)."""
+        prof = PROFILES[self.gpu]
+        changes: dict[str, Any] = {}
+        if self.peermem is not None:
+            changes["peermem"] = self.peermem
+        if self.bar1 is not None:
+            changes.update(bar1_size=self.bar1, bar1_reserved=0)
+        return prof.replace(**changes) if changes else prof
+
+    def engine_profile(self) -> StoreProfile:
+        """The Mooncake profile whose engine_* fields are the engine version's."""
+        prof = get_store_profile("v0.3.13")
+        changes: dict[str, bool] = dict(ENGINE_BEFORE_V0_3_12) if self.engine == "v0.3.11" \
+            else {}
+        for key, field_name in _SWITCHES.items():
+            value = getattr(self, key)
+            if value is not None:
+                changes[field_name] = value
+        return prof.replace(**changes) if changes else prof
+
+
+def validate_options(options: Mapping[str, Any]) -> list[str]:
+    """Problems with a scenario's ``gpu_rdma`` table (empty when valid)."""
+    problems = [f"one of the fields {list(_KNOWN)}, not {k!r}" for k in options
+                if k not in _KNOWN]
+    problems += _nic_problems(options.get("nics", {"mlx5_0": "mlx5"}))
+    gpu = options.get("gpu", "h200-r580")
+    if gpu not in PROFILES:
+        problems.append(f"gpu = one of {sorted(PROFILES)} (got {gpu!r})")
+    for key, allowed in (("engine", ENGINES), ("allocator", ALLOCATORS)):
+        if key in options and options[key] not in allowed:
+            problems.append(f"{key} = one of {list(allowed)} (got {options[key]!r})")
+    for key in _BOOLS:
+        if key in options and not isinstance(options[key], bool):
+            problems.append(f"{key} = true or false (got {options[key]!r})")
+    for key in (*_COUNTS, *_BYTES):
+        value = options.get(key)
+        low = 0 if key in _COUNTS else 1
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < low):
+            what = "a count" if key in _COUNTS else "a byte count"
+            problems.append(f"{key} = {what} (got {value!r})")
+    return problems
+
+
+def _nic_problems(nics: Any) -> list[str]:
+    if not isinstance(nics, Mapping) or not nics:
+        return [f"nics = a table of NIC name -> NIC profile (got {nics!r})"]
+    problems = []
+    for name, prof in nics.items():
+        try:
+            get_nic_profile(prof)
+        except (ValueError, TypeError, KeyError) as exc:
+            problems.append(f"nics.{name} = a NIC profile ({exc})")
+    return problems
+
+
+def process_config(sc: Scenario) -> ProcessConfig:
+    """No environment; the machine is the GPU profile, the NICs and the engine version."""
+    opts = GpuRdmaOptions.parse(sc.options)
+    return ProcessConfig("gpu_rdma", (), (opts.gpu, opts.nics, opts.engine))

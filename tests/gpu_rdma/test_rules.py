@@ -1,0 +1,104 @@
+"""Each gpu_rdma rule catches a broken implementation, and correct ones written differently
+pass (tests/gpu_rdma/impls/; docs/gpu-rdma.md §4 gives each rule's real-machine source)."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from kvreg.harness.run.core import run_scenario
+from kvreg.harness.run.implementation import Implementation, make_implementation
+from kvreg.harness.run.result import ScenarioResult
+from kvreg.harness.scenario import Scenario, bundled_root, load_file
+
+IMPLS = Path(__file__).parent / "impls"
+ROOT = bundled_root()
+CATALOG: dict[str, Scenario] = {sc.id: sc for f in sorted((ROOT / "gpu_rdma").glob("*.toml"))
+                                for sc in load_file(f, ROOT)}
+
+
+def impl(name: str) -> Implementation:
+    return make_implementation(f"{IMPLS / name}.py:register", f"{IMPLS / name}.py:teardown",
+                               "mooncake_engine")
+
+
+@cache
+def run(name: str, scenario_id: str) -> ScenarioResult:
+    return run_scenario(CATALOG[scenario_id], impl(name) if name else make_implementation(),
+                        keep_trace=True)
+
+
+# (implementation, scenario, the rule it must break first, words its message must hold)
+CAUGHT = [
+    # SGLang's batch_register logged a failed batch at DEBUG (issue 28)
+    ("sglang_debug_log", "gpu_rdma/faults/prefill-fifth-mr", "registration-failure-dropped",
+     "returned -202 (ERR_CONTEXT) and register returned normally"),
+    # the same code trusting a v0.3.11 batch that dropped the failure (#2869)
+    ("sglang_batch_fixed", "gpu_rdma/faults/old-engine-silent-batch",
+     "registration-failure-dropped", "#2869"),
+    ("batch_no_rollback", "gpu_rdma/faults/decode-aux-mr", "not-rolled-back",
+     "decode: register raised RuntimeError"),
+    ("loop_no_rollback", "gpu_rdma/faults/prefill-fifth-mr", "not-rolled-back",
+     "no rollback"),
+    ("double_unregister", "gpu_rdma/mha_per_layer/one-nic", "unregister-not-a-live-base",
+     "-3 (ERR_ADDRESS_NOT_REGISTERED)"),
+    ("overlapping_entries", "gpu_rdma/mha_per_layer/old-engine", "batch-entry-invalid",
+     "overlap"),
+    ("overlapping_entries", "gpu_rdma/mha_per_layer/one-nic", "batch-entry-invalid",
+     "returned -7 (ERR_ADDRESS_OVERLAPPED)"),
+    ("forgets_aux", "gpu_rdma/mha_per_layer/one-nic", "buffer-not-registered",
+     "aux0 (aux, DRAM"),
+    ("forgets_aux", "gpu_rdma/mha_per_layer/aux-and-state", "buffer-not-registered",
+     "no registration call named it"),
+    ("never_unregisters", "gpu_rdma/mla_latent/per-layer-blocks", "leak",
+     "63 registration(s) are still in the engine"),
+]
+
+
+@pytest.mark.parametrize(("name", "scenario", "first", "words"), CAUGHT,
+                         ids=[f"{c[0]}:{c[1].split('/', 1)[1]}" for c in CAUGHT])
+def test_broken_implementation_is_caught(name: str, scenario: str, first: str,
+                                         words: str) -> None:
+    result = run(name, scenario)
+    assert result.verdict == "fail", result.trace_text
+    assert result.violations[0].rule == first, [v.as_dict() for v in result.violations]
+    assert words in result.violations[0].message, result.violations[0].message
+
+
+def test_a_forgotten_buffer_fails_its_transfers_too() -> None:
+    # the engine's own check refuses the write (docs/mooncake-verbs.md §8.4): named at the
+    # buffer no registration covered
+    found = [v.message for v in run("forgets_aux", "gpu_rdma/mha_per_layer/one-nic").violations
+             if v.rule == "transfer-unregistered"]
+    assert [m.split(":")[0] for m in found] == [
+        f"batch_transfer_sync_write of aux{i} page 0 failed (-1 (ERR_INVALID_ARGUMENT))"
+        for i in (0, 1)]
+    assert all("prefill's aux" in m and "no registration call of register named it" in m
+               for m in found)
+
+
+def test_a_silent_batch_failure_shows_in_the_transfers() -> None:
+    # #2869: the region is in the map, nothing is published, the write of its page fails
+    result = run("sglang_batch_fixed", "gpu_rdma/faults/old-engine-silent-batch")
+    # the third MR (k0, v0, k1) failed inside the batch that returned 0
+    found = [v.message for v in result.violations if v.rule == "transfer-unregistered"]
+    assert len(found) == 1 and "prefill's k1+0x0 (32768 bytes)" in found[0]
+    assert "batch_register_memory([k0, v0, k1, v1, ... (8 entries)]) (seq 10, returned 0 (OK))" \
+        in found[0]
+
+
+CORRECT = ["vllm_per_buffer", "cached_handles", "retries_once", "sglang_batch_fixed", ""]
+# a batch's result cannot show a failure the engine dropped (before v0.3.12, #2869)
+SKIP = {("sglang_batch_fixed", "gpu_rdma/faults/old-engine-silent-batch")}
+
+
+@pytest.mark.parametrize("name", CORRECT, ids=[n or "reference" for n in CORRECT])
+def test_correct_implementations_pass_the_catalog(name: str) -> None:
+    for scenario_id in CATALOG:
+        if (name, scenario_id) in SKIP:
+            continue
+        result = run(name, scenario_id)
+        assert result.verdict == "pass", (scenario_id, [v.as_dict() for v in
+                                                        result.violations], result.reason)
