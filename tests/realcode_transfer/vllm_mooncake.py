@@ -43,14 +43,17 @@ class _Idle:
 
 
 def worker(mod: types.ModuleType, hostname: str, specs: dict[str, Any], num_blocks: int,
-           groups: dict[str, int] | None = None) -> Any:
-    """A consumer-side ``MooncakeConnectorWorker`` whose engine is initialized."""
+           groups: dict[str, int] | None = None, engine: Any = None) -> Any:
+    """A consumer-side ``MooncakeConnectorWorker`` whose engine is initialized (``engine``,
+    or one the module's ``TransferEngine`` makes and initializes as ``__init__`` does)."""
     w = object.__new__(mod.MooncakeConnectorWorker)
     w.is_kv_consumer, w.is_kv_producer = True, False
     w.async_zmq_ctx, w.receiver_loop = _Idle(), _Idle()
-    w.engine = mod.TransferEngine()
-    if w.engine.initialize(hostname, "P2PHANDSHAKE", "rdma", "") != 0:
-        raise RuntimeError("Mooncake Transfer Engine initialization failed.")
+    if engine is None:
+        engine = mod.TransferEngine()
+        if engine.initialize(hostname, "P2PHANDSHAKE", "rdma", "") != 0:
+            raise RuntimeError("Mooncake Transfer Engine initialization failed.")
+    w.engine = engine
     w.use_mla = False
     w.kv_cache_config = types.SimpleNamespace(
         num_blocks=num_blocks,
