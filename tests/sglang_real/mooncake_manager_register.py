@@ -24,9 +24,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torch  # noqa: E402
-
-import sglang_mooncake  # noqa: E402
+import sglang_mooncake
+import torch
 
 # the platform probe SGLang runs at import asks torch.cuda.get_device_name() when the fake
 # says CUDA is available (see real_register.py): import-time machinery, answered as CPU torch
