@@ -25,6 +25,7 @@ from kvreg.harness.run.rules import (
     SITE_CALL,
     SITE_END,
     VIOLATION,
+    WARNING,
     rule,
     run_rules,
 )
@@ -94,7 +95,7 @@ class GrRecord:
     live_end: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     budget_hit: int | None = None
     logs: list[str] = field(default_factory=list)
-    versions: str = ""                  # the engine's version words, for messages
+    repeatable: bool = True             # the implementation's teardown repeats (contract.py)
 
 
 def _calls(r: GrRecord, n: NodeRun, apis: tuple[str, ...], lo: int = 0,
@@ -165,15 +166,15 @@ def check_failure_dropped(r: GrRecord) -> list[Violation]:
                 c.seq))
             continue
         for e in missing:
-            c = _silent(r, n, e)
-            if c is not None:
+            batch = _silent(r, n, e)
+            if batch is not None:
                 out.append(Violation(
                     "registration-failure-dropped",
-                    f"{n.node}: {_call_text(n, c)} returned 0 but its RDMA transport failed "
+                    f"{n.node}: {_call_text(n, batch)} returned 0 but its RDMA transport failed "
                     f"{e.name} ({e.kind}, {e.nbytes} bytes): the engine logged a warning and "
                     "kept the region with no MR (Mooncake before v0.3.12, #2869); register "
                     "every buffer with register_memory, or check each one, on such engines",
-                    c.seq))
+                    batch.seq))
                 break
     return out
 
@@ -239,7 +240,7 @@ def check_batch_entries(r: GrRecord) -> list[Violation]:
 
 @rule("unexpected-error", target=TARGET, doc=DOC)
 def check_unexpected(r: GrRecord) -> list[Violation]:
-    out = []
+    out: list[Violation] = []
     if r.expect != "success":
         return out
     for n in r.nodes:
@@ -316,15 +317,30 @@ def check_transfers(r: GrRecord) -> list[Violation]:
     return out
 
 
+def _not_retried(r: GrRecord, n: NodeRun) -> dict[int, TraceEntry]:
+    """base -> the unregister of the only teardown round that an injected fault refused,
+    where the implementation declares no repeatable teardown: only a later round could
+    release it."""
+    if r.repeatable or r.teardown_start is None:
+        return {}
+    out = {}
+    for c in _calls(r, n, UNREGISTER_APIS, r.teardown_start):
+        if c.injected and c.code not in (None, 0):
+            for a in (c.args[0] if c.api == "batch_unregister_memory" else (c.args[0],)):
+                out[a] = c
+    return out
+
+
 @rule("leak", target=TARGET, doc=DOC)
 def check_leak(r: GrRecord) -> list[Violation]:
     if r.teardown_start is None or not any(s.startswith("teardown") for s in r.exercised):
         return []
-    out = []
+    out: list[Violation] = []
     for n in r.nodes:
         ours = {a for c in _calls(r, n, REGISTER_APIS) if c.code == 0 for a, _ in
                 _entries_of(c)}
-        left = [(a, s) for a, s in r.live_end.get(n.node, []) if a in ours]
+        kept = _not_retried(r, n)
+        left = [(a, s) for a, s in r.live_end.get(n.node, []) if a in ours and a not in kept]
         if left:
             out.append(Violation(
                 "leak", f"{n.node}: after teardown {len(left)} registration(s) are still in "
@@ -347,10 +363,28 @@ def check_teardown_raised(r: GrRecord) -> list[Violation]:
     return out
 
 
+@rule("unregister-not-retried", target=TARGET, doc=DOC, emits=WARNING)
+def warn_not_retried(r: GrRecord) -> list[Violation]:
+    """A buffer the only teardown round could not release (an injected unregister failure)
+    stays registered until the process exits: not a leak of code that declares one round."""
+    out = []
+    for n in r.nodes:
+        live = {a for a, _ in r.live_end.get(n.node, [])}
+        for a, c in sorted(_not_retried(r, n).items()):
+            if a in live:
+                out.append(Violation(
+                    "unregister-not-retried",
+                    f"{n.node}: {_name(n, a)} stays registered: its {c.api} in the only "
+                    f"teardown returned {code_text(int(c.code or 0))} and no later teardown "
+                    "retries it (the implementation declares no repeatable teardown)", c.seq))
+    return out
+
+
 def check_gpu_rdma_run(r: GrRecord) -> list[Violation]:
     """Every rule of this target, first finding first."""
     return run_rules(TARGET, VIOLATION, r)
 
 
 def gpu_rdma_warnings(r: GrRecord) -> list[Violation]:
-    return []
+    """What passes but the report says."""
+    return run_rules(TARGET, WARNING, r)

@@ -35,7 +35,10 @@ if TYPE_CHECKING:
     from kvreg.harness.run.implementation import Implementation
     from kvreg.harness.scenario.format import Scenario
 
-__all__ = ["GpuNode", "GpuRdmaWorld", "build_world", "deployment"]
+__all__ = ["EDGES", "GpuNode", "GpuRdmaWorld", "build_world", "deployment"]
+
+# how the transfers step covers the pages (the report's ``copy.method``, selection.py)
+EDGES = "buffer ends and registration edges"
 
 
 @dataclass
@@ -140,9 +143,7 @@ class GpuRdmaWorld(TracedWorld):
         failures, moved, total = write_pages(src.engine, dst.engine, pairs,
                                              lambda: next_seq(self.fake))
         self.record.transfer_failures = failures
-        self.coverage = {"pages": moved, "total": total,
-                         "how": "the first and last page of each buffer and those at a "
-                                "registration's edge (selection.py)"}
+        self.coverage = {"pages_copied": moved, "pages_total": total, "method": EDGES}
 
     def teardown(self, impl: Implementation, round_: int, step: str) -> None:
         for gn, run in reversed(list(zip(self.nodes, self.record.nodes, strict=True))):
@@ -196,5 +197,6 @@ def build_world(sc: Scenario, impl: Implementation, backend: Any) -> GpuRdmaWorl
     budget = CallBudget(fake.faults, "mooncake.engine.*", sc.call_budget, "engine")
     record = GrRecord(sc.expect, [NodeRun(n.name, n.layout.buffers.entries,
                                           tuple(name for name, _ in opts.nics))
-                                  for n in nodes], exercised=sc.exercise)
+                                  for n in nodes], exercised=sc.exercise,
+                      repeatable=impl.contract.repeatable)
     return GpuRdmaWorld(opts, fake, nodes, record, budget)

@@ -171,9 +171,10 @@ def test_its_styles_reach_the_choices_and_each_rooms_list_is_its_own(third: Any)
     styles its ``styles.py`` says how to call."""
     from kvreg.harness.run.targets import get_target, user_styles
 
-    assert user_styles() == ("sglang", "generic", "ctypes", "driver", "mooncake")
+    assert user_styles() == ("sglang", "generic", "ctypes", "driver", "mooncake",
+                             "mooncake_engine")
     third.STYLES = ("lanes",)
     assert user_styles()[-1] == "lanes"
-    for name in ("cuda", "mooncake"):
+    for name in ("cuda", "mooncake", "gpu_rdma"):
         room = __import__(f"kvreg.harness.{name}", fromlist=["STYLES"])
         assert set(room.STYLES) == set(get_target(name).style_calls) - {"reference"}

@@ -89,7 +89,8 @@ def test_a_silent_batch_failure_shows_in_the_transfers() -> None:
         in found[0]
 
 
-CORRECT = ["vllm_per_buffer", "cached_handles", "retries_once", "sglang_batch_fixed", ""]
+CORRECT = ["vllm_per_buffer", "cached_handles", "retries_once", "sglang_batch_fixed",
+           "once_only_teardown", ""]
 # a batch's result cannot show a failure the engine dropped (before v0.3.12, #2869)
 SKIP = {("sglang_batch_fixed", "gpu_rdma/faults/old-engine-silent-batch")}
 
@@ -102,3 +103,42 @@ def test_correct_implementations_pass_the_catalog(name: str) -> None:
         result = run(name, scenario_id)
         assert result.verdict == "pass", (scenario_id, [v.as_dict() for v in
                                                         result.violations], result.reason)
+
+
+def test_a_once_only_teardown_is_warned_not_failed_for_what_it_could_not_release() -> None:
+    # the engine refused one unregister (an injected -1): code that declares one teardown
+    # round reported it and cannot retry; a leak of code that never tried is a failure
+    result = run("once_only_teardown", "gpu_rdma/faults/unregister-fails-once")
+    assert result.verdict == "pass"
+    assert [(w.rule, w.message.split(":")[0]) for w in result.warnings] == [
+        ("unregister-not-retried", "decode")]
+    assert "returned -1 (ERR_INVALID_ARGUMENT) and no later teardown" in \
+        result.warnings[0].message
+    assert [v.rule for v in run("never_unregisters", "gpu_rdma/faults/unregister-fails-once")
+            .violations] == ["leak", "leak"]
+
+
+@pytest.mark.parametrize(("scenario", "pinned"), [
+    # docs/cuda-runtime.md §14.4: 224 MiB of a T4's BAR1 usable, 513 GPU pages a block: the
+    # seventh block is the first MR past it
+    ("gpu_rdma/gpu_memory/small-bar1", 6),
+    # no nvidia-peermem, or VMM memory the peer client will not pin: the first block
+    ("gpu_rdma/gpu_memory/no-peermem", 0),
+    ("gpu_rdma/gpu_memory/expandable-segments", 0),
+])
+def test_gpu_memory_the_nic_cannot_pin_fails_at_the_engine(scenario: str, pinned: int) -> None:
+    # the engine's ibv_reg_mr fails with EFAULT and register_memory returns -202
+    # (ERR_CONTEXT, docs/mooncake-verbs.md §8.2); the reference raises and rolls back
+    result = run("", scenario)
+    assert result.verdict == "pass"
+    lines = (result.trace_text or "").splitlines()
+    first = next(i for i, line in enumerate(lines) if "EFAULT" in line)
+    assert ".reg_mr(" in lines[first] and lines[first].endswith("-> 14 EFAULT")
+    assert ".register_memory(" in lines[first + 1]
+    assert lines[first + 1].endswith("-> -202 ERR_CONTEXT")
+    assert sum(1 for line in lines[:first] if ".reg_mr(" in line) == pinned
+    assert sum(1 for line in lines if "unregister_memory" in line) == pinned
+    result = run("sglang_debug_log", scenario)
+    assert result.violations[0].rule == "registration-failure-dropped"
+    assert "returned -202 (ERR_CONTEXT) and register returned normally; 16 buffer(s) are " \
+        "not registered" in result.violations[0].message

@@ -27,7 +27,7 @@ def register(engine, buffers):
     for ptr, nbytes in zip(buffers.kv_data_ptrs + buffers.aux_data_ptrs
                            + buffers.state_data_ptrs,
                            buffers.kv_data_lens + buffers.aux_data_lens
-                           + buffers.state_data_lens):
+                           + buffers.state_data_lens, strict=True):
         reg.add(ptr, nbytes)
     return reg
 
