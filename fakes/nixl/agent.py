@@ -10,6 +10,7 @@ against, and the other agents (a loaded remote is a snapshot of its registration
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 from collections.abc import Sequence
@@ -55,12 +56,58 @@ class nixlAgentConfig:
         self.captureTelemetry = False
 
 
-def covered(ranges: Sequence[Range], desc: Range) -> bool:
-    """True when one registered range of the same devID holds all of ``desc`` (a transfer
-    descriptor may not span two registrations, even adjacent or overlapping ones)
-    [verified, docs/nixl.md §4.1]."""
+def covers(reg: Range, query: Range) -> bool:
+    """``nixlBasicDesc::covers``: same devID, and the query inside the registered range."""
+    addr, length, dev = reg
+    end = addr + length
+    return dev == query[2] and addr <= query[0] <= end and query[1] <= end - query[0]
+
+
+def covering(keyed: Sequence[tuple[int, int, int]], desc: Range) -> int:
+    """``nixlSecDescList::getCoveringIndex`` over a section sorted by (devID, addr, len):
+    the first entry not below the query, or the one before it, if it covers it; else -1."""
     addr, length, dev = desc
-    return any(d == dev and a <= addr and addr + length <= a + n for a, n, d in ranges)
+    i = bisect.bisect_left(keyed, (dev, addr, length))
+    for j in (i, i - 1):
+        if 0 <= j < len(keyed):
+            d, a, n = keyed[j]
+            if covers((a, n, d), desc):
+                return j
+    return -1
+
+
+def populate(ranges: Sequence[Range], descs: Sequence[Range]) -> bool:
+    """Whether every descriptor of a list is found in a section of registrations, as NIXL
+    looks them up (``nixlMemSection::populate``, src/infra/nixl_memory_section.cpp): the
+    first by :func:`covering`; each next one, if not below the one before, by walking on
+    from the entry that held the one before; else by :func:`covering` again. A registration
+    the walk or the search does not reach is not looked at, so with overlapping registrations
+    a covered descriptor can be NOT_FOUND (and one a search would miss can be found by the
+    walk); a descriptor never spans two registrations, even adjacent ones; an empty list is
+    refused [verified, docs/nixl.md §4.1]."""
+    if not descs:
+        return False
+    keyed = sorted((d, a, n) for a, n, d in ranges)
+    at = covering(keyed, descs[0])
+    if at < 0:
+        return False
+    for prev, desc in itertools.pairwise(descs):
+        if (desc[2], desc[0], desc[1]) < (prev[2], prev[0], prev[1]):
+            at = covering(keyed, desc)
+            if at < 0:
+                return False
+            continue
+        while at < len(keyed) and not covers((keyed[at][1], keyed[at][2], keyed[at][0]),
+                                             desc):
+            at += 1
+        if at == len(keyed):
+            return False
+    return True
+
+
+def covered(ranges: Sequence[Range], desc: Range) -> bool:
+    """One descriptor found in a section (:func:`populate` of a one-element list)."""
+    return populate(ranges, [desc])
 
 
 @dataclass
@@ -109,6 +156,13 @@ class nixlAgent:
         self.prepped: dict[int, Prepped] = {}
         self.xfers: dict[int, Xfer] = {}
         self.notifs: dict[str, list[bytes]] = {}
+        # a registration the backend refused leaves its section behind: the agent's
+        # metadata then fails to load in any peer (NOT_FOUND) [verified, docs/nixl.md §3.3]
+        self.broken_md = False
+        # names whose metadata failed to load after UCX took their connection: the agent
+        # forgets them, UCX does not, and every later load (even after remove_remote_agent)
+        # is INVALID_PARAM [verified]
+        self.unloadable: set[str] = set()
         fake.agents[name] = self
 
     # -- plugins and backends -----------------------------------------------------------------
@@ -147,6 +201,7 @@ class nixlAgent:
         if mem == nixl_mem_t.VRAM_SEG:
             bad = self._vram_refused(descs.ranges)
             if bad is not None:
+                self.broken_md = True
                 raise_status(S.NIXL_ERR_BACKEND, f"nixlUcxContext {self.name}: {bad}; "
                              "registerMem: registration failed for the specified or all "
                              "potential backends")
@@ -170,6 +225,9 @@ class nixlAgent:
             raise incompatible("deregisterMem", "(self: nixl._bindings.nixlAgent, descs: "
                                "nixl._bindings.nixlRegDList, backends: ...)")
         mem = int(descs.getType())
+        if len(set(descs.ranges)) < descs.descCount():
+            raise NixlCrash("deregisterMem with one descriptor twice in the list: the real "
+                            "agent dies (SIGSEGV) whatever is registered (docs/nixl.md §3.2)")
         held = self.regs.get(mem, [])
         if not held:
             raise_status(S.NIXL_ERR_NOT_FOUND, f"deregisterMem: no available backends for "
@@ -192,7 +250,7 @@ class nixlAgent:
 
     # -- metadata -------------------------------------------------------------------------------
     def getLocalMD(self) -> bytes:
-        body = {"name": self.name,
+        body = {"name": self.name, "broken": self.broken_md,
                 "regs": {str(m): self.ranges(m) for m in self.regs if self.regs[m]}}
         return MD_TAG + self.name.encode() + b"|kvreg|" + json.dumps(body).encode()
 
@@ -212,6 +270,15 @@ class nixlAgent:
         if name == self.name:
             raise_status(S.NIXL_ERR_INVALID_PARAM, "loadRemoteMD: remote agent name same as "
                          "local agent, no need to load metadata")
+        if name in self.unloadable:
+            raise_status(S.NIXL_ERR_INVALID_PARAM, "loadRemoteMD: error loading connection "
+                         "info for backend 'UCX' with status NIXL_ERR_INVALID_PARAM")
+        if body.get("broken"):
+            self.unloadable.add(name)
+            if self.remotes.pop(name, None) is not None:
+                self._epochs[name] = self._epochs.get(name, 0) + 1
+            raise_status(S.NIXL_ERR_NOT_FOUND, f"loadRemoteMD: error loading remote metadata "
+                         f"for agent '{name}' with status NIXL_ERR_NOT_FOUND")
         regs: dict[int, list[Range]] = {int(m): [(int(r[0]), int(r[1]), int(r[2])) for r in rs]
                                         for m, rs in body["regs"].items()}
         epoch = self._epochs.setdefault(name, 0)
@@ -231,7 +298,7 @@ class nixlAgent:
         if remote is None:
             return S.NIXL_ERR_NOT_FOUND
         mem = int(descs.getType())
-        if all(covered(remote.regs.get(mem, []), d) for d in descs.ranges):
+        if populate(remote.regs.get(mem, []), descs.ranges):
             return S.NIXL_SUCCESS
         return S.NIXL_ERR_NOT_FOUND
 
@@ -263,8 +330,7 @@ class nixlAgent:
                          f"'{agent}' not found")
         assert side is not None
         regs, epoch = side
-        if descs.isEmpty() or not self._mem_backends(mem, handles) or \
-                not all(covered(regs, d) for d in descs.ranges):
+        if not self._mem_backends(mem, handles) or not populate(regs, descs.ranges):
             raise_status(S.NIXL_ERR_NOT_FOUND, "prepXferDlist: failed to prepare the "
                          "descriptors for any of the specified or potential backends for "
                          f"agent '{agent}'")
@@ -332,8 +398,8 @@ class nixlAgent:
                 agent != self.name and rmem not in _REMOTE_MEMS(self, agent)):
             raise_status(S.NIXL_ERR_NOT_FOUND, "createXferReq: no potential backend found to "
                          "be able to do the transfer")
-        if local.isEmpty() or not all(covered(self.ranges(lmem), d) for d in local.ranges) \
-                or not all(covered(theirs[0], d) for d in remote.ranges):
+        if not populate(self.ranges(lmem), local.ranges) or \
+                not populate(theirs[0], remote.ranges):
             raise_status(S.NIXL_ERR_NOT_FOUND, "createXferReq: no specified or potential "
                          "backend had the required registrations to be able to do the "
                          "transfer")

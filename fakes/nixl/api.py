@@ -215,6 +215,22 @@ class nixl_agent:
             logger.error("%s type detected, please use the other list type",
                          type(descs).__name__)
             return None
+        # the wheel reads descs[0] before it looks at the input's type: an empty list,
+        # array or tensor raises IndexError there [verified]
+        first = descs[0]
+        if isinstance(first, tuple):
+            if mem_type is not None and len(first) == width:
+                return cls(self.nixl_mems[mem_type], descs)
+            logger.error("Please specify a mem type if not using Tensors" if mem_type is None
+                         else f"{width}-tuple list needed")
+            return None
+        if hasattr(descs, "ndim") and hasattr(descs, "shape") and not _is_tensor(descs):
+            if mem_type is not None and descs.ndim == 2 and descs.shape[1] == 3:
+                return cls(self.nixl_mems[mem_type], descs)
+            logger.error("Please specify a mem type if not using Tensors" if mem_type is None
+                         else "Nx3 shape required for transfer descriptor list from numpy "
+                         "array")
+            return None
         if _is_tensor(descs):
             if not descs.is_contiguous():
                 logger.error("Please use a list of contiguous Tensors")
@@ -222,20 +238,6 @@ class nixl_agent:
             row = _tensor_row(descs)
             return cls(self.nixl_mems[_tensor_mem(descs)], [(*row, "") if width == 4
                                                             else row])
-        if hasattr(descs, "ndim") and hasattr(descs, "shape"):
-            if mem_type is not None and descs.ndim == 2 and descs.shape[1] == 3:
-                return cls(self.nixl_mems[mem_type], descs)
-            logger.error("Please specify a mem type if not using Tensors" if mem_type is None
-                         else "Nx3 shape required for transfer descriptor list from numpy "
-                         "array")
-            return None
-        first = descs[0]                  # IndexError for an empty list, as the real one
-        if isinstance(first, tuple):
-            if mem_type is not None and len(first) == width:
-                return cls(self.nixl_mems[mem_type], descs)
-            logger.error("Please specify a mem type if not using Tensors" if mem_type is None
-                         else f"{width}-tuple list needed")
-            return None
         if _is_tensor(first):
             rows = _tensor_rows(descs, width)
             return cls(self.nixl_mems[_tensor_mem(first)], rows) if rows is not None else None

@@ -24,7 +24,7 @@ from ..verbs import memory
 from ..verbs.fabric import Fabric, Node
 from ..verbs.modules import door_modules, patch_modules
 from . import api, bindings
-from .agent import Xfer, covered, nixlAgent
+from .agent import Xfer, nixlAgent, populate
 from .errors import point_name
 from .profiles import NixlProfile, get_nixl_profile
 
@@ -107,7 +107,7 @@ class FakeNixl:
         peer = self.agents.get(xfer.agent) if xfer.agent != agent.name else agent
         if peer is not None and self.profile.stale_remote == "error":
             live = peer.ranges(xfer.mems[1])
-            if not all(covered(live, d) for d in xfer.remote):
+            if not populate(live, xfer.remote):
                 return "ERR"
         if bindings.nixl_mem_t.VRAM_SEG not in xfer.mems:   # device bytes are not kept
             space = self.node.space
