@@ -143,10 +143,11 @@ def _op(rng: random.Random) -> Op:
 
 
 def generate(seed: int, length: int = 40) -> list[Op]:
-    """The sequence of ``seed``: the peer's metadata is loaded early more often than not."""
+    """The sequence of ``seed``: both agents register half their buffer and the initiator
+    loads the peer's metadata, then the generated calls."""
     rng = random.Random(seed)
     ops = [Op("register", ("b", "tuples", ((0, 32768, 0),))),
-           Op("register", ("a", "tuples", ((0, 32768, 0),)))]
+           Op("register", ("a", "tuples", ((0, 32768, 0),))), Op("load", ("b",))]
     ops += [_op(rng) for _ in range(length - len(ops))]
     return ops
 

@@ -153,13 +153,15 @@ def _main(argv: Sequence[str]) -> int:
     from .nixl_diff import generate, make_side, run_side
 
     results: dict[str, Any] = {}
+    sockets: dict[str, None] = {}
     kept = []
     for seed in [int(s) for s in opts.seeds.split(",") if s]:
         side = make_side(api.nixl_agent, api.nixl_agent_config, seed)
         kept.append(side)
         results[str(seed)] = run_side(side, generate(seed, opts.length))
+        sockets.update(dict.fromkeys(_sockets()))     # while this seed's agents live
         side.drop_agents()      # their progress threads would spin through later seeds
-    print(MARK + json.dumps({"results": results, "sockets": _sockets()}), flush=True)
+    print(MARK + json.dumps({"results": results, "sockets": list(sockets)}), flush=True)
     sys.stderr.flush()
     os._exit(0)      # the wheel's UCX backend segfaults at interpreter exit (module docs)
 
