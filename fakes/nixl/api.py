@@ -6,7 +6,7 @@ nixl._api import nixl_agent, nixl_agent_config``): the same conversions of descr
 ``None``, which the binding then refuses with pybind11's TypeError), the same return values
 (``add_remote_agent`` returns the name as bytes; ``transfer``/``check_xfer_state`` return
 "DONE", "PROC" or "ERR") and the same Python-level errors (``KeyError`` for an unknown
-memory type, operation or backend name; ``IndexError`` for an empty list) [verified,
+memory type, operation or backend name; ``IndexError`` for an empty list) [OBS-local,
 docs/nixl.md §3]. Every call is in the fake's trace (face ``nixl:<agent>``) and goes through
 its fault plan (points ``nixl.<method>``).
 """
@@ -216,7 +216,7 @@ class nixl_agent:
                          type(descs).__name__)
             return None
         # the wheel reads descs[0] before it looks at the input's type: an empty list,
-        # array or tensor raises IndexError there [verified]
+        # array or tensor raises IndexError there [OBS-local]
         first = descs[0]
         if isinstance(first, tuple):
             if mem_type is not None and len(first) == width:
