@@ -48,6 +48,8 @@ def test_unmodelled_backends_and_methods_say_so(pair: Pair) -> None:
         pair.a.create_backend("POSIX")
     with pytest.raises(NotModelledError, match="does not model estimate_xfer_cost"):
         pair.a.estimate_xfer_cost(None)
+    assert hasattr(pair.a, "make_connection")          # present, as on the real class
+    assert not hasattr(pair.a, "no_such_method")
 
 
 # -- registration (§3) ------------------------------------------------------------------------
@@ -382,3 +384,19 @@ def test_leak_report_names_what_is_still_registered(pair: Pair) -> None:
     assert "A: DRAM_SEG" in pair.fake.leak_report()
     pair.a.deregister_memory(regs)
     assert pair.fake.leak_report() == ""
+
+
+def test_a_transfers_notification_reaches_the_peer(pair: Pair) -> None:
+    # docs/nixl.md §4 [OBS-local]: what KV connectors poll to learn a read finished
+    _registered(pair)
+    pair.b.add_remote_agent(pair.a.get_agent_metadata())
+    h = pair.a.initialize_xfer("WRITE", pair.xd(pair.a, [(pair.pa, 8, 0)]),
+                               pair.xd(pair.a, [(pair.pb, 8, 0)]), "B", notif_msg=b"req-7")
+    assert pair.b.get_new_notifs() == {}
+    assert _run(pair, h) == "DONE"
+    assert pair.b.check_remote_xfer_done("A", b"req") is True
+    assert pair.b.check_remote_xfer_done("A", b"req") is False       # taken once
+    pair.b.send_notif("A", "done")
+    assert pair.a.get_new_notifs() == {"B": [b"done"]}
+    with pytest.raises(_raises(pair, "nixlNotFoundError")):
+        pair.a.send_notif("nobody", b"x")
