@@ -400,3 +400,15 @@ def test_a_transfers_notification_reaches_the_peer(pair: Pair) -> None:
     assert pair.a.get_new_notifs() == {"B": [b"done"]}
     with pytest.raises(_raises(pair, "nixlNotFoundError")):
         pair.a.send_notif("nobody", b"x")
+
+
+def test_a_class_kept_from_an_earlier_patch_builds_the_current_fakes_agents() -> None:
+    # the doors (fakes/doors.py): code that imported nixl_agent once reaches the fake
+    # patched in at the time of each call, as for the other fakes
+    first, second = FakeNixl(), FakeNixl()
+    with first.patch():
+        from nixl._api import nixl_agent as kept
+    with second.patch():
+        agent = kept("late")
+    assert "late" in second.agents and "late" not in first.agents
+    assert agent.name == "late"
