@@ -412,3 +412,21 @@ def test_a_class_kept_from_an_earlier_patch_builds_the_current_fakes_agents() ->
         agent = kept("late")
     assert "late" in second.agents and "late" not in first.agents
     assert agent.name == "late"
+
+
+def test_reloading_metadata_adds_and_never_drops(pair: Pair) -> None:
+    # [OBS-local] docs/nixl.md §3.3: a region the peer deregistered stays in the initiator's
+    # view across reloads, until remove_remote_agent
+    a, b, pb = pair.a, pair.b, pair.pb
+    a.register_memory([(pair.pa, 8 * KiB, 0, "")], "DRAM")
+    first = b.register_memory([(pb, 4 * KiB, 0, "")], "DRAM")
+    a.add_remote_agent(b.get_agent_metadata())
+    b.deregister_memory(first)
+    b.register_memory([(pb + 20 * KiB, 4 * KiB, 0, "")], "DRAM")
+    a.add_remote_agent(b.get_agent_metadata())
+    for addr in (pb, pb + 20 * KiB):
+        a.release_dlist_handle(a.prep_xfer_dlist("B", [(addr, 8, 0)], "DRAM"))
+    a.remove_remote_agent("B")
+    a.add_remote_agent(b.get_agent_metadata())
+    with pytest.raises(_raises(pair, "nixlNotFoundError")):
+        a.prep_xfer_dlist("B", [(pb, 8, 0)], "DRAM")
