@@ -377,6 +377,9 @@ def test_calls_are_traced_and_faults_raise_the_statuses_exception(pair: Pair) ->
     assert len(pair.fake.live()) == 1
     with pytest.raises(FaultPlanError, match="cannot return"):
         pair.fake.inject("transfer", error="NIXL_ERR_MISMATCH")
+    pair.fake.inject("add_remote_agent")               # its own default status
+    with pytest.raises(_raises(pair, "nixlInvalidParamError")):
+        pair.a.add_remote_agent(pair.b.get_agent_metadata())
 
 
 def test_leak_report_names_what_is_still_registered(pair: Pair) -> None:
