@@ -98,18 +98,21 @@ def _pages(nbytes: int | None) -> int | None:
 class FakeHost:
     """A host every rank process opens by the same path; see docs/host.md."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], limits: HostLimits | None = None) -> None:
+        """Open the host at ``path``; ``limits``: what its creator made it with, when the
+        caller has them (a rank given them need not read the state to learn them)."""
         self.state = SharedState(path)
         if not self.state.exists():
             raise FileNotFoundError(errno.ENOENT, "no fake host at this path", str(path))
-        self.limits = HostLimits.from_dict(self.state.read()["limits"])
+        self.limits = (HostLimits.from_dict(self.state.read()["limits"]) if limits is None
+                       else limits)
 
     @classmethod
     def create(cls, path: str | os.PathLike[str], limits: HostLimits) -> FakeHost:
         SharedState(path).create({
             "limits": limits.to_dict(), "ranks": {}, "files": {}, "inflight": [],
             "next_id": 1, "page_cache": limits.page_cache // PAGE, "events": []})
-        return cls(path)
+        return cls(path, limits)
 
     def rank(self, rank: int, *, pid: int | None = None) -> RankMemory:
         """Rank ``rank``'s view: one per rank process. ``pid``: the rank's process, which
@@ -124,15 +127,22 @@ class FakeHost:
         they register, as an engine's ranks start together after their process group forms:
         so what overlaps in time on a machine (pins of the same shared pages) overlaps here
         too, however the processes were scheduled up to that point."""
-        with self.state.change() as st:
-            met = st.setdefault("rendezvous", {})
-            met[name] = met.get(name, 0) + 1
-        deadline = time.monotonic() + timeout
-        while self.state.read().get("rendezvous", {}).get(name, 0) < parties:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.001)
-        return True
+        if not name.isidentifier():
+            raise ValueError(f"a rendezvous name is a plain word; got {name!r}")
+        # one byte appended per arrival (O_APPEND writes are atomic): waiting is an fstat,
+        # no transaction of the state, so the waiting ranks do not hold up the others
+        fd = os.open(f"{self.state.path}.meet-{name}",
+                     os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, b"x")
+            deadline = time.monotonic() + timeout
+            while os.fstat(fd).st_size < parties:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.001)
+            return True
+        finally:
+            os.close(fd)
 
     # -- host-wide figures ------------------------------------------------------------------
     def totals(self, state: dict[str, Any] | None = None) -> HostTotals:

@@ -59,12 +59,13 @@ class RankedCudaWorld(CudaWorld):
         memory, name = place.memory, place.shared
         sizes = [int(b.numel()) * int(b.element_size()) for b in self.buffers]
         offsets, total = region_layout(sizes)
-        memory.shm_create(name, exclusive=False)      # the first rank creates it
-        memory.shm_ftruncate(name, total)
-        for buffer, offset, size in zip(self.buffers, offsets, sizes, strict=True):
-            if size:
-                memory.map_shm(name, int(buffer.data_ptr()), size, offset)
-                self._maps.append(int(buffer.data_ptr()))
+        with memory.host.state.batch():              # one transaction for the region
+            memory.shm_create(name, exclusive=False)  # the first rank creates it
+            memory.shm_ftruncate(name, total)
+            for buffer, offset, size in zip(self.buffers, offsets, sizes, strict=True):
+                if size:
+                    memory.map_shm(name, int(buffer.data_ptr()), size, offset)
+                    self._maps.append(int(buffer.data_ptr()))
 
     def isolation(self) -> AbstractContextManager[Any]:
         stack = ExitStack()
@@ -80,8 +81,9 @@ class RankedCudaWorld(CudaWorld):
 
     def finish(self) -> None:
         super().finish()
-        for addr in self._maps:          # the rank's mappings close with its pool
-            self.place.memory.unmap_shm(addr)
+        with self.place.memory.host.state.batch():
+            for addr in self._maps:      # the rank's mappings close with its pool
+                self.place.memory.unmap_shm(addr)
         self._maps = []
 
     def facts(self) -> dict[str, Any]:
