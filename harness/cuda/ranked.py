@@ -55,6 +55,9 @@ class RankedCudaWorld(CudaWorld):
         attach_host(self.fake, place.memory)
         self._maps: list[int] = []
         if place.shared is None:
+            if place.memory.host.limits.refusal_order == "rank":   # docs/host.md §5
+                place.memory.claim(sum(int(b.numel()) * int(b.element_size())
+                                       for b in self.buffers))
             return
         memory, name = place.memory, place.shared
         sizes = [int(b.numel()) * int(b.element_size()) for b in self.buffers]

@@ -102,12 +102,14 @@ def demand_and_capacity(c: RanksRun) -> tuple[int, int, str]:
     pools = [f["pool_bytes"] for f in c.facts.values()]
     demand = max(pools, default=0) if c.shared else sum(pools)
     host = HostLimits(**c.host)
-    limits = [(host.ram - host.other_used - host.reserve,
+    stale = sum(size for _, size in host.stale_shm)   # a crashed run's files: resident
+    limits = [(host.ram - host.other_used - host.reserve - stale,
                "RAM less what the rest of the host uses")]
     if host.cgroup_memory_max is not None:
-        limits.append((host.cgroup_memory_max, "the cgroup's memory.max"))
+        limits.append((host.cgroup_memory_max - stale, "the cgroup's memory.max"))
     if c.shared:
-        limits.append((host.shm_size, "the size of /dev/shm"))
+        limits.append((host.shm_size - stale, "the size of /dev/shm" + (
+            " less the files a crashed run left in it" if stale else "")))
     capacity, what = min(limits)
     return demand, capacity, what
 

@@ -191,7 +191,8 @@ def _merge(result: ScenarioResult, sc: Scenario, outcomes: list[RankOutcome],
                             rank_result.tb, False))
         if rank_result.trace_text and not result.trace_text:
             result.trace_text = f"rank {rank}:\n{rank_result.trace_text}"
-    run.shm_left = host.shm_files()
+    # what a crashed earlier run left (host.stale_shm) and is still there is not this run's
+    run.shm_left = {name: f for name, f in host.shm_files().items() if not f.get("stale")}
     result.violations += check_ranks(run)
     result.ranks = sorted(entries, key=lambda e: int(e["rank"]))
     verdicts = [e["verdict"] for e in entries] + (["fail"] if result.violations else [])
