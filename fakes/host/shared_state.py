@@ -10,8 +10,8 @@ No rename: on ext4 a rename over an existing file flushes its data first, which 
 milliseconds per change. Several changes kvreg makes in one step (a shared region's file
 created, sized and mapped) are one transaction (:meth:`SharedState.batch`). A process keeps
 its descriptors of the three files open (opened again after a fork: a ``flock`` is held by
-an open file description, which a fork shares), so a transaction is a lock, two ``pread``,
-one ``pwrite`` and an unlock.
+an open file description, which a fork shares, and its threads share, so they take turns on
+a mutex first), so a transaction is a lock, two ``pread``, one ``pwrite`` and an unlock.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import threading
 import weakref
 import zlib
 from collections.abc import Iterator
@@ -48,7 +49,8 @@ class SharedState:
         self._seq = 0
         self._fds: list[int] = []          # lock, slot 0, slot 1: this process's
         self._pid = 0
-        self._batch: dict[str, Any] | None = None     # the state of an open batch
+        self._mutex = threading.Lock()
+        self._batch: tuple[int, dict[str, Any]] | None = None   # (thread, state) of a batch
         weakref.finalize(self, _close_all, self._fds)
 
     def create(self, state: dict[str, Any]) -> None:
@@ -86,12 +88,17 @@ class SharedState:
 
     @contextmanager
     def _locked(self) -> Iterator[list[int]]:
-        fds = self._descriptors()
-        fcntl.flock(fds[0], fcntl.LOCK_EX)
-        try:
-            yield fds
-        finally:
-            fcntl.flock(fds[0], fcntl.LOCK_UN)
+        if self._pid != os.getpid():      # a lock a thread of the parent held stays held
+            self._mutex = threading.Lock()
+        # the threads of one process share the descriptor, and a flock is the open file
+        # description's: a second thread's LOCK_EX would not wait, so they take turns first
+        with self._mutex:
+            fds = self._descriptors()
+            fcntl.flock(fds[0], fcntl.LOCK_EX)
+            try:
+                yield fds
+            finally:
+                fcntl.flock(fds[0], fcntl.LOCK_UN)
 
     @staticmethod
     def _record(fd: int) -> tuple[int, bytes, int] | None:
@@ -122,10 +129,16 @@ class SharedState:
         record = b"%d %d %d\n" % (self._seq, zlib.crc32(body), len(body)) + body
         os.pwrite(self._fds[1 + self._seq % 2], record, 0)
 
+    def _batched(self) -> dict[str, Any] | None:
+        """The state of a batch this thread has open, else None."""
+        batch = self._batch
+        return batch[1] if batch is not None and batch[0] == threading.get_ident() else None
+
     def read(self) -> dict[str, Any]:
         """A consistent copy of the state (inside :meth:`batch`, the batch's state)."""
-        if self._batch is not None:
-            return self._batch
+        batched = self._batched()
+        if batched is not None:
+            return batched
         with self._locked() as fds:
             return self._read(fds)
 
@@ -134,8 +147,9 @@ class SharedState:
         """The state, to change in place; written back when the block ends without raising
         (an exception leaves the state as it was). Inside :meth:`batch`, the batch's state,
         written when the batch ends."""
-        if self._batch is not None:
-            yield self._batch
+        batched = self._batched()
+        if batched is not None:
+            yield batched
             return
         with self._locked() as fds:
             state = self._read(fds)
@@ -144,15 +158,16 @@ class SharedState:
 
     @contextmanager
     def batch(self) -> Iterator[None]:
-        """One transaction for every change and read of the block (kvreg's own steps that
-        make several charges, never code under test: the lock is held throughout). An
-        exception that leaves the block leaves the state as it was before the batch (one
-        caught inside it does not undo what its change did before it raised)."""
-        if self._batch is not None:
+        """One transaction for every change and read of the block by this thread (kvreg's
+        own steps that make several charges, never code under test: the lock is held
+        throughout). An exception that leaves the block leaves the state as it was before
+        the batch (one caught inside it does not undo what its change did before it
+        raised)."""
+        if self._batched() is not None:
             yield
             return
         with self.change() as state:
-            self._batch = state
+            self._batch = (threading.get_ident(), state)
             try:
                 yield
             finally:
