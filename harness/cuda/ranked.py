@@ -12,10 +12,13 @@ is noted: the cross-rank rules (harness/ranks/checks.py) compare the ranks by it
 
 from __future__ import annotations
 
+import os
+import signal
 from contextlib import AbstractContextManager, ExitStack
 from typing import TYPE_CHECKING, Any
 
 from kvreg.fakes.cuda.host_pins import attach_host
+from kvreg.fakes.host.fake_host import OomKilled, SigBus
 from kvreg.fakes.host.meminfo import patch_host_files
 from kvreg.harness.run.isolation import env_var
 from kvreg.harness.run.target import RankPlace, SkipScenario
@@ -81,6 +84,23 @@ class RankedCudaWorld(CudaWorld):
         returned = super().register(impl)
         self.registered_after_register = sum(r.size for r in self.fake.live_registrations())
         return returned
+
+    def fill(self) -> None:
+        """The engine's first fill of its pool: every page this rank has not faulted yet
+        faults in on the host (a pinned pool is resident already). Where the host cannot
+        hold them the OOM killer takes the rank with the most resident memory, by SIGKILL;
+        a /dev/shm page tmpfs cannot allocate is SIGBUS (docs/host.md §1, §2)."""
+        memory = self.place.memory
+        try:
+            for buffer in self.buffers:
+                size = int(buffer.numel()) * int(buffer.element_size())
+                if size:
+                    memory.touch(int(buffer.data_ptr()), size)
+        except OomKilled:
+            os.kill(os.getpid(), signal.SIGKILL)      # the kernel's OOM kill of this rank
+        except SigBus:
+            signal.signal(signal.SIGBUS, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGBUS)
 
     def finish(self) -> None:
         super().finish()

@@ -82,6 +82,8 @@ def test_a_fault_keeps_its_rank_only_with_several_ranks(tmp_path: Path) -> None:
      "host: expected a valid host (host pin_exhausted_code must be one of 1, 2; got 3)"),
     ("", "", 'ranks = 2\nhost = "2TiB"\n',
      "host: expected a table of host sizes and options; got '2TiB'"),
+    ("", "", 'exercise = ["register", "fill"]\n',
+     "exercise: expected 'fill' with ranks >= 2 (it writes the pool on the ranks' host)"),
     ("", "", 'ranks = 2\nhost = { refusal_order = "first" }\n',
      "host: expected a valid host (host refusal_order must be one of 'arrival', 'rank'; "
      "got 'first')"),

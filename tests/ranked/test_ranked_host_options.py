@@ -125,3 +125,26 @@ def test_the_refused_rank_is_the_same_on_every_run() -> None:
         v = next(v for v in s["violations"] if v["rule"] == "ranks-incoherent")
         assert "ranks 0, 1, 2, 3, 4, 5, 6 hold the pool pinned" in v["message"], v
         assert "rank 7 registered 0 bytes of 256 GiB" in v["message"], v
+
+
+# -- a rank the OOM killer takes ----------------------------------------------------------------
+
+def test_code_that_raises_where_the_host_refuses_is_never_oom_killed() -> None:
+    """The catalog's first fill of eight 300 GiB pools on a 2 TiB host: the refused ranks
+    (6 and 7) raise, the others' pools are pinned and so resident: the fill faults nothing."""
+    s = _catalog("per_rank_pools.toml", "tp8-fill-oom-killed", None)
+    assert s["verdict"] == "pass", s
+    s = _catalog("per_rank_pools.toml", "tp8-fill-oom-killed", "all_or_nothing.py:register_raise")
+    assert s["verdict"] == "pass", s
+
+
+def test_a_rank_that_goes_on_unpinned_fills_the_host_and_the_oom_killer_takes_the_largest() -> None:
+    """Rank 7 (refused at once) fills its 300 GiB pageable pool: the OOM killer kills the rank
+    with the most resident memory, rank 0 on the tie (docs/host.md §1); kvreg's answer is an
+    error naming it, the same on every run."""
+    for _ in range(2):
+        s = _catalog("per_rank_pools.toml", "tp8-fill-oom-killed", "warn_and_go_on.py:register",
+                     "--pinning", "optional")
+        assert s["verdict"] == "error"
+        assert s["reason"].startswith("rank 0 was OOM-killed by the host: out of memory"), s
+        assert s["violations"] == []
