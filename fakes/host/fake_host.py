@@ -98,18 +98,26 @@ def _pages(nbytes: int | None) -> int | None:
 class FakeHost:
     """A host every rank process opens by the same path; see docs/host.md."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], limits: HostLimits | None = None) -> None:
+        """Open the host at ``path``; ``limits``: what its creator made it with, when the
+        caller has them (a rank given them need not read the state to learn them)."""
         self.state = SharedState(path)
         if not self.state.exists():
             raise FileNotFoundError(errno.ENOENT, "no fake host at this path", str(path))
-        self.limits = HostLimits.from_dict(self.state.read()["limits"])
+        self.limits = (HostLimits.from_dict(self.state.read()["limits"]) if limits is None
+                       else limits)
 
     @classmethod
     def create(cls, path: str | os.PathLike[str], limits: HostLimits) -> FakeHost:
+        """A new host at ``path``; its /dev/shm holds the stale files ``limits`` gives,
+        resident (a crashed run wrote them) and mapped by no one."""
+        files = {name: {"size": size, "resident": [[0, -(-size // PAGE)]] if size else [],
+                        "pins": {}, "mapped_by": [], "unlinked": False, "stale": True}
+                 for name, size in limits.stale_shm}
         SharedState(path).create({
-            "limits": limits.to_dict(), "ranks": {}, "files": {}, "inflight": [],
+            "limits": limits.to_dict(), "ranks": {}, "files": files, "inflight": [],
             "next_id": 1, "page_cache": limits.page_cache // PAGE, "events": []})
-        return cls(path)
+        return cls(path, limits)
 
     def rank(self, rank: int, *, pid: int | None = None) -> RankMemory:
         """Rank ``rank``'s view: one per rank process. ``pid``: the rank's process, which
@@ -124,15 +132,22 @@ class FakeHost:
         they register, as an engine's ranks start together after their process group forms:
         so what overlaps in time on a machine (pins of the same shared pages) overlaps here
         too, however the processes were scheduled up to that point."""
-        with self.state.change() as st:
-            met = st.setdefault("rendezvous", {})
-            met[name] = met.get(name, 0) + 1
-        deadline = time.monotonic() + timeout
-        while self.state.read().get("rendezvous", {}).get(name, 0) < parties:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.001)
-        return True
+        if not name.isidentifier():
+            raise ValueError(f"a rendezvous name is a plain word; got {name!r}")
+        # one byte appended per arrival (O_APPEND writes are atomic): waiting is an fstat,
+        # no transaction of the state, so the waiting ranks do not hold up the others
+        fd = os.open(f"{self.state.path}.meet-{name}",
+                     os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, b"x")
+            deadline = time.monotonic() + timeout
+            while os.fstat(fd).st_size < parties:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.001)
+            return True
+        finally:
+            os.close(fd)
 
     # -- host-wide figures ------------------------------------------------------------------
     def totals(self, state: dict[str, Any] | None = None) -> HostTotals:
@@ -149,10 +164,12 @@ class FakeHost:
             cgroup_max=lim.cgroup_memory_max)
 
     def shm_files(self) -> dict[str, dict[str, Any]]:
-        """The files in /dev/shm: size, resident bytes, the live ranks mapping each."""
+        """The files in /dev/shm: size, resident bytes, the live ranks mapping each, and
+        ``stale`` for one a crashed earlier run left (``HostLimits.stale_shm``)."""
         st = self.state.read()
         return {name: {"size": f["size"], "resident": P.count(f["resident"]) * PAGE,
-                       "mapped_by": sorted(f["mapped_by"])}
+                       "mapped_by": sorted(f["mapped_by"]),
+                       **({"stale": True} if f.get("stale") else {})}
                 for name, f in st["files"].items() if not f["unlinked"]}
 
     def events(self) -> list[dict[str, Any]]:
@@ -492,6 +509,12 @@ class RankMemory:
             st["ranks"][self._key]["mlocked"] -= removed
 
     # -- pinning: the hook cudaHostRegister consults (docs/host.md §5) --------------------------
+    def claim(self, nbytes: int) -> None:
+        """The pool this rank will pin (kvreg's, declared before any rank registers): with
+        ``refusal_order = "rank"`` the host keeps room for the lower ranks' claims."""
+        with self.host.state.change() as st:
+            st["ranks"][self._key]["claim"] = -(-nbytes // PAGE)
+
     def begin_pin(self, addr: int, nbytes: int) -> PinTicket:
         """A pin starts: pins of /dev/shm pages are in flight until :meth:`finish_pin`, so
         that another rank pinning the same pages meanwhile is seen as concurrent."""
@@ -568,11 +591,22 @@ class RankMemory:
         pinnable = (lim.ram - lim.movable - lim.other_used - lim.reserve) // PAGE
         if _pinned_pages(st) + new_pinned > pinnable:
             return lim.pin_exhausted_code
+        if lim.refusal_order == "rank" and rank_new and self._past_rank_share(st, rank_new):
+            return lim.pin_exhausted_code
         if lim.pins_count_memlock and self._memlock_code(st, rank_new):
             return lim.pin_exhausted_code
         if not _room(st, lim, self._new_pages(st, segs)):
             return lim.pin_exhausted_code
         return 0
+
+    def _past_rank_share(self, st: dict[str, Any], new: int) -> bool:
+        """``refusal_order = "rank"``: whether this rank's pins would pass what is left of
+        the host's pinnable memory once the lower ranks' claimed pools are held, as if the
+        ranks pinned one after another in rank order (docs/host.md §5)."""
+        lower = sum(r.get("claim", 0) for k, r in st["ranks"].items()
+                    if int(k) < self.rank and not r["killed"] and not r["exited"])
+        share = self.host.limits.pin_capacity // PAGE - lower
+        return bool(_rank_pinned_pages(st, self._key) + new > share)
 
     def _add_pinned(self, st: dict[str, Any], space: str, lo: int, hi: int) -> None:
         for page in {lo, hi - 1}:

@@ -12,10 +12,13 @@ is noted: the cross-rank rules (harness/ranks/checks.py) compare the ranks by it
 
 from __future__ import annotations
 
+import os
+import signal
 from contextlib import AbstractContextManager, ExitStack
 from typing import TYPE_CHECKING, Any
 
 from kvreg.fakes.cuda.host_pins import attach_host
+from kvreg.fakes.host.fake_host import OomKilled, SigBus
 from kvreg.fakes.host.meminfo import patch_host_files
 from kvreg.harness.run.isolation import env_var
 from kvreg.harness.run.target import RankPlace, SkipScenario
@@ -55,16 +58,20 @@ class RankedCudaWorld(CudaWorld):
         attach_host(self.fake, place.memory)
         self._maps: list[int] = []
         if place.shared is None:
+            if place.memory.host.limits.refusal_order == "rank":   # docs/host.md §5
+                place.memory.claim(sum(int(b.numel()) * int(b.element_size())
+                                       for b in self.buffers))
             return
         memory, name = place.memory, place.shared
         sizes = [int(b.numel()) * int(b.element_size()) for b in self.buffers]
         offsets, total = region_layout(sizes)
-        memory.shm_create(name, exclusive=False)      # the first rank creates it
-        memory.shm_ftruncate(name, total)
-        for buffer, offset, size in zip(self.buffers, offsets, sizes, strict=True):
-            if size:
-                memory.map_shm(name, int(buffer.data_ptr()), size, offset)
-                self._maps.append(int(buffer.data_ptr()))
+        with memory.host.state.batch():              # one transaction for the region
+            memory.shm_create(name, exclusive=False)  # the first rank creates it
+            memory.shm_ftruncate(name, total)
+            for buffer, offset, size in zip(self.buffers, offsets, sizes, strict=True):
+                if size:
+                    memory.map_shm(name, int(buffer.data_ptr()), size, offset)
+                    self._maps.append(int(buffer.data_ptr()))
 
     def isolation(self) -> AbstractContextManager[Any]:
         stack = ExitStack()
@@ -78,10 +85,28 @@ class RankedCudaWorld(CudaWorld):
         self.registered_after_register = sum(r.size for r in self.fake.live_registrations())
         return returned
 
+    def fill(self) -> None:
+        """The engine's first fill of its pool: every page this rank has not faulted yet
+        faults in on the host (a pinned pool is resident already). Where the host cannot
+        hold them the OOM killer takes the rank with the most resident memory, by SIGKILL;
+        a /dev/shm page tmpfs cannot allocate is SIGBUS (docs/host.md §1, §2)."""
+        memory = self.place.memory
+        try:
+            for buffer in self.buffers:
+                size = int(buffer.numel()) * int(buffer.element_size())
+                if size:
+                    memory.touch(int(buffer.data_ptr()), size)
+        except OomKilled:
+            os.kill(os.getpid(), signal.SIGKILL)      # the kernel's OOM kill of this rank
+        except SigBus:
+            signal.signal(signal.SIGBUS, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGBUS)
+
     def finish(self) -> None:
         super().finish()
-        for addr in self._maps:          # the rank's mappings close with its pool
-            self.place.memory.unmap_shm(addr)
+        with self.place.memory.host.state.batch():
+            for addr in self._maps:      # the rank's mappings close with its pool
+                self.place.memory.unmap_shm(addr)
         self._maps = []
 
     def facts(self) -> dict[str, Any]:

@@ -28,7 +28,7 @@ class CudaTarget:
     """cudaHostRegister of a host pool, judged by :func:`.checks.check_run`."""
 
     name = "cuda"
-    steps = ("register", "transfers", "teardown", "teardown-after-failure")
+    steps = ("register", "fill", "transfers", "teardown", "teardown-after-failure")
     watched_env = (ENV_CHUNK_GB,)
     default_machine: tuple[Any, ...] = ("h200-r580",)
     title = "CUDA"

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvreg.fakes.host.limits import HostLimits
 from kvreg.harness.run.result import Violation
 from kvreg.harness.run.rules import (
     ORDER_RELEASE,
@@ -100,14 +101,15 @@ def demand_and_capacity(c: RanksRun) -> tuple[int, int, str]:
     """(what the ranks' pools need together, what the host can hold, what limits it)."""
     pools = [f["pool_bytes"] for f in c.facts.values()]
     demand = max(pools, default=0) if c.shared else sum(pools)
-    host = c.host
-    ram = host["ram"] - host.get("other_used", 0) - host.get("reserve", 0)
-    limits = [(ram, "RAM less what the rest of the host uses")]
-    if host.get("cgroup_memory_max") is not None:
-        limits.append((host["cgroup_memory_max"], "the cgroup's memory.max"))
+    host = HostLimits(**c.host)
+    stale = sum(size for _, size in host.stale_shm)   # a crashed run's files: resident
+    limits = [(host.ram - host.other_used - host.reserve - stale,
+               "RAM less what the rest of the host uses")]
+    if host.cgroup_memory_max is not None:
+        limits.append((host.cgroup_memory_max - stale, "the cgroup's memory.max"))
     if c.shared:
-        shm = host.get("shm")
-        limits.append((host["ram"] // 2 if shm is None else shm, "the size of /dev/shm"))
+        limits.append((host.shm_size - stale, "the size of /dev/shm" + (
+            " less the files a crashed run left in it" if stale else "")))
     capacity, what = min(limits)
     return demand, capacity, what
 

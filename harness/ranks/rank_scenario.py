@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from kvreg.fakes.host.fake_host import FakeHost
+from kvreg.fakes.host.limits import HostLimits
 from kvreg.harness.run.core import judge_run
 from kvreg.harness.run.implementation import Implementation, make_implementation
 from kvreg.harness.run.result import ScenarioResult
@@ -66,7 +67,7 @@ def run_rank(sc: Scenario, how: ImplSpec, host_path: str, shared: str | None,
     """This rank's judged run of ``sc`` and its facts (None where no world was built)."""
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     impl = implementation(how)
-    host = FakeHost(host_path)
+    host = FakeHost(host_path, HostLimits(**sc.host))
     place = RankPlace(rank, world_size, host.rank(rank, pid=os.getpid()), host_path, shared)
     mine = replace(sc, faults=rank_faults(sc.faults, rank))
     target: Any = get_target(sc.target)

@@ -166,6 +166,7 @@ def _merge(result: ScenarioResult, sc: Scenario, outcomes: list[RankOutcome],
     """Fill ``result`` from every rank's outcome and the cross-rank rules."""
     run = RanksRun(sc.ranks, {}, {}, dict(sc.host), sc.shared)
     judged: dict[int, ScenarioResult] = {}
+    oom = [int(e["rank"]) for e in host.events() if e["kind"] == "oom-kill"]
     entries, reasons = [], []
     for outcome in outcomes:
         if outcome.ok:
@@ -177,8 +178,11 @@ def _merge(result: ScenarioResult, sc: Scenario, outcomes: list[RankOutcome],
         verdict, reason = _died(outcome, host)
         run.dead[outcome.rank] = reason
         entries.append(_rank_entry(outcome.rank, verdict, [], reason))
-        # a rank kvreg stopped because another failed says least: named last
-        reasons.append((verdict, reason, outcome.traceback, outcome.kind == "stopped"))
+        # the host's first OOM victim first (its kill made the others'); a rank kvreg
+        # stopped because another failed says least: named last
+        order = oom.index(outcome.rank) if outcome.rank in oom else len(oom)
+        reasons.append((verdict, reason, outcome.traceback,
+                        (order, outcome.kind == "stopped")))
     _peer_failures(judged, run)
     for rank, rank_result in judged.items():
         entries.append(_rank_entry(rank, rank_result.verdict, rank_result.violations,
@@ -188,10 +192,11 @@ def _merge(result: ScenarioResult, sc: Scenario, outcomes: list[RankOutcome],
         result.calls += rank_result.calls
         if rank_result.reason and rank_result.verdict in ("error", "internal-error", "skip"):
             reasons.append((rank_result.verdict, f"rank {rank}: {rank_result.reason}",
-                            rank_result.tb, False))
+                            rank_result.tb, (len(oom), False)))
         if rank_result.trace_text and not result.trace_text:
             result.trace_text = f"rank {rank}:\n{rank_result.trace_text}"
-    run.shm_left = host.shm_files()
+    # what a crashed earlier run left (host.stale_shm) and is still there is not this run's
+    run.shm_left = {name: f for name, f in host.shm_files().items() if not f.get("stale")}
     result.violations += check_ranks(run)
     result.ranks = sorted(entries, key=lambda e: int(e["rank"]))
     verdicts = [e["verdict"] for e in entries] + (["fail"] if result.violations else [])

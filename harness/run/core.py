@@ -100,6 +100,16 @@ def judge_run(sc: Scenario, impl: Implementation, build: Callable[[], World], *,
     return result
 
 
+def _after_register(world: World, sc: Scenario, progress: Progress) -> None:
+    """The steps that run once register returned: the pool's first fill, the transfers."""
+    if "fill" in sc.exercise:
+        progress.step("the pool's first fill")
+        world.fill()
+    if "transfers" in sc.exercise:
+        progress.step("the page transfers")
+        world.transfer()
+
+
 def _run(sc: Scenario, impl: Implementation, build: Callable[[], World], *, keep_trace: bool,
          progress: Progress, timeout: float | None) -> ScenarioResult:
     start = time.perf_counter()
@@ -124,9 +134,8 @@ def _run(sc: Scenario, impl: Implementation, build: Callable[[], World], *, keep
         with world.isolation(), wall_guard(timeout), capture_logs() as logs:
             world.set_logs(logs)
             ok = world.register(impl)
-            if ok and "transfers" in sc.exercise:
-                progress.step("the page transfers")
-                world.transfer()
+            if ok:
+                _after_register(world, sc, progress)
             world.begin_teardown()
             rounds = [step for step in sc.exercise if step.startswith("teardown")]
             # the real machine tears down again only where the code's own caller does: the

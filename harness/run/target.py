@@ -74,6 +74,9 @@ class World(Protocol):
     def register(self, impl: Implementation) -> bool:
         """Register every buffer; stop at the first error. True when all were registered."""
 
+    def fill(self) -> None:
+        """The engine's first write of its whole pool (on a fake host: its pages fault)."""
+
     def transfer(self) -> None:
         """Move every page through the target's data path."""
 

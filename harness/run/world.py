@@ -74,6 +74,10 @@ class TracedWorld:
         self.progress = progress
         progress.watch(self.fake.trace)
 
+    def fill(self) -> None:
+        """The ``fill`` step: the engine writes its whole pool once register returned (a
+        world on a fake host faults the pages in there; elsewhere nothing to model)."""
+
     def begin_teardown(self) -> None:
         self.record.teardown_start = next_seq(self.fake)
 

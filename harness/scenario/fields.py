@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 GiB = 1 << 30
-EXERCISES = ("register", "transfers", "teardown", "teardown-after-failure")
+EXERCISES = ("register", "fill", "transfers", "teardown", "teardown-after-failure")
 EXPECTATIONS = ("success", "rejected", "register-error")
 CONTRACTS = (REPEATABLE_TEARDOWN,)
 MEMORY = ("virtual", "real")
@@ -385,6 +385,9 @@ def _exercise(f: Fields) -> tuple[Any, ...]:
         f.fail("exercise", "an array starting with 'register'", exercise)
     elif target is not None and any(step not in target.steps for step in exercise):
         f.fail("exercise", f"steps the {f.values['target']} target offers: {list(target.steps)}",
+               exercise)
+    elif "fill" in exercise and f.values.get("ranks", 1) < 2:
+        f.fail("exercise", "'fill' with ranks >= 2 (it writes the pool on the ranks' host)",
                exercise)
     return tuple(exercise)
 

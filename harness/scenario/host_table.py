@@ -4,7 +4,8 @@
 Sizes are bytes or strings such as ``"2TiB"`` (binary units); ``cgroup_memory_max`` and
 ``memlock`` also take ``"max"`` / ``"unlimited"`` (no limit, the kernel's own words). The
 other keys are the fake host's own option names, so a scenario switches its [UNC]
-behaviours and injectable failures by the names docs/host.md gives them.
+behaviours and injectable failures by the names docs/host.md gives them; ``stale_shm`` lists
+the files a crashed earlier run left in ``/dev/shm`` (``{ name, size }`` tables).
 """
 
 from __future__ import annotations
@@ -56,10 +57,28 @@ def parse_host(table: Mapping[str, Any]) -> dict[str, Any]:
                 out[key] = parse_size(value)
             except ValueError as exc:
                 raise ValueError(f"host.{key}: {exc}") from None
+        elif key == "stale_shm":
+            out[key] = _stale_shm(value)
         else:
             out[key] = value
     host_limits(out)
     return out
+
+
+def _stale_shm(value: Any) -> tuple[tuple[str, int], ...]:
+    """``stale_shm = [{ name = "...", size = "512GiB" }, ...]`` as (name, bytes) pairs."""
+    want = 'a list of { name = "<file in /dev/shm>", size = "<size>" }'
+    if not isinstance(value, list):
+        raise ValueError(f"host.stale_shm: {want}; got {value!r}")
+    out = []
+    for entry in value:
+        if not isinstance(entry, Mapping) or set(entry) != {"name", "size"}:
+            raise ValueError(f"host.stale_shm: {want}; got {entry!r}")
+        try:
+            out.append((entry["name"], parse_size(entry["size"])))
+        except ValueError as exc:
+            raise ValueError(f"host.stale_shm: {entry.get('name')!r}: {exc}") from None
+    return tuple(out)
 
 
 def host_limits(kwargs: Mapping[str, Any]) -> HostLimits:

@@ -10,6 +10,7 @@ import errno
 import importlib
 import io
 import itertools
+import os
 import pathlib
 from pathlib import Path
 
@@ -453,3 +454,42 @@ def test_a_write_cut_short_leaves_the_previous_state(tmp_path: Path) -> None:
         slot.write_bytes(b"garbage\n")
     with pytest.raises(RuntimeError, match="unreadable"):
         host.totals()
+
+
+def test_threads_and_processes_sharing_one_state_take_turns(tmp_path: Path) -> None:
+    """A process keeps one descriptor of the lock file, and a flock belongs to the open file
+    description: its threads (a rank's OOM watcher beside its code) must still exclude each
+    other, and so must a forked child, which gets descriptors of its own."""
+    import multiprocessing
+    import threading
+
+    state = FakeHost.create(tmp_path / "host.json", HostLimits(ram=TiB)).state
+
+    def bump(times: int) -> None:
+        for _ in range(times):
+            with state.change() as st:
+                count = st.get("count", 0)
+                os.sched_yield()              # invite the other side into the transaction
+                st["count"] = count + 1
+
+    state.read()                              # the parent opened its descriptors
+    child = multiprocessing.get_context("fork").Process(target=bump, args=(200,))
+    child.start()
+    threads = [threading.Thread(target=bump, args=(200,)) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    child.join(60)
+    assert child.exitcode == 0
+    assert state.read()["count"] == 800
+    with state.batch():                       # a batch is its own thread's
+        with state.change() as st:
+            st["count"] += 1
+        seen: list[int] = []
+        reader = threading.Thread(target=lambda: seen.append(state.read()["count"]))
+        reader.start()
+        reader.join(0.2)
+        assert reader.is_alive() and not seen  # it waits for the batch to end
+    reader.join(10)
+    assert seen == [801] and state.read()["count"] == 801

@@ -49,6 +49,15 @@ def test_the_host_table_is_read_in_sizes_and_the_fakes_option_names(tmp_path: Pa
     assert sc.host == {"ram": 2 * TiB, "shm": 3 * TiB // 2, "cgroup_memory_max": None}
 
 
+def test_the_refusal_order_and_stale_files_are_host_options(tmp_path: Path) -> None:
+    (sc,) = _load(tmp_path, "", 'ranks = 2\nhost = { refusal_order = "rank", stale_shm = '
+                  '[{ name = "kv_cache_region", size = "64GiB" }] }\n')
+    assert sc.host["refusal_order"] == "rank"
+    assert sc.host["stale_shm"] == (("kv_cache_region", 64 * GiB),)
+    (sc,) = _load(tmp_path, "", "ranks = 2\n")
+    assert "refusal_order" not in sc.host      # the host's default: arrival, the real order
+
+
 def test_a_fault_keeps_its_rank_only_with_several_ranks(tmp_path: Path) -> None:
     fault = 'faults = [{ point = "cudart.cudaHostRegister", nth = 1, error = 1, rank = 0 }]\n'
     (sc,) = _load(tmp_path, "", fault)
@@ -73,6 +82,21 @@ def test_a_fault_keeps_its_rank_only_with_several_ranks(tmp_path: Path) -> None:
      "host: expected a valid host (host pin_exhausted_code must be one of 1, 2; got 3)"),
     ("", "", 'ranks = 2\nhost = "2TiB"\n',
      "host: expected a table of host sizes and options; got '2TiB'"),
+    ("", "", 'exercise = ["register", "fill"]\n',
+     "exercise: expected 'fill' with ranks >= 2 (it writes the pool on the ranks' host)"),
+    ("", "", 'ranks = 2\nhost = { refusal_order = "first" }\n',
+     "host: expected a valid host (host refusal_order must be one of 'arrival', 'rank'; "
+     "got 'first')"),
+    ("", "", 'ranks = 2\nhost = { stale_shm = "kv" }\n',
+     'host: expected a valid host (host.stale_shm: a list of { name = "<file in /dev/shm>", '
+     'size = "<size>" }'),
+    ("", "", 'ranks = 2\nhost = { stale_shm = [{ name = "a/b", size = 1 }] }\n',
+     "host: expected a valid host (host stale_shm: a file name in /dev/shm (no '/'); got "
+     "'a/b')"),
+    ("", "", 'ranks = 2\nhost = { stale_shm = [{ name = "kv", size = "1TB" }] }\n',
+     "host: expected a valid host (host.stale_shm: 'kv': a size in bytes or such as"),
+    ("", "", 'ranks = 2\nhost = { stale_shm = [{ name = "kv", size = 1 }, '
+     '{ name = "kv", size = 2 }] }\n', "host stale_shm: kv is given twice"),
     ("shared = true\n", "", "", "pool.shared: expected ranks >= 2 (one region mapped by every "
      "rank)"),
     ('shared = "yes"\n', "", "ranks = 2\n", "pool.shared: expected true or false; got 'yes'"),
@@ -94,6 +118,11 @@ def test_kvreg_run_refuses_a_wrong_ranks_with_exit_2(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "ranks: expected 1 with target = 'mooncake'" in proc.stderr
+    path.write_text(POOL + SCENARIO + 'ranks = 2\nhost = { stale_shm = [{ name = "kv" }] }\n')
+    proc = run_kvreg("run", str(path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "host.stale_shm" in proc.stderr
 
 
 def test_an_implementation_the_ranks_cannot_import_is_an_error_saying_so(tmp_path: Path) -> None:

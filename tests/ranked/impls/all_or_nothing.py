@@ -15,20 +15,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from chunked_pins import pin_chunks, teardown, unpin_all
 
-
-def _pin(cudart: Any, ptr: int, nbytes: int, granularity: int | None,
-         chunk_limit: int) -> tuple[list[tuple[int, int]], int]:
-    g = granularity or 1
-    chunk = max((chunk_limit // g) * g, g)
-    done: list[tuple[int, int]] = []
-    for off in range(0, nbytes, chunk):
-        size = min(chunk, nbytes - off)
-        rc = int(cudart.cudaHostRegister(ptr + off, size, 0))
-        if rc:
-            return done, rc
-        done.append((ptr + off, size))
-    return done, 0
+__all__ = ["register_fallback", "register_raise", "teardown"]
 
 
 def _agree(ok: bool) -> bool:
@@ -37,17 +26,12 @@ def _agree(ok: bool) -> bool:
     return bool(flag.item())
 
 
-def _undo(cudart: Any, done: list[tuple[int, int]]) -> None:
-    for p, _ in reversed(done):
-        cudart.cudaHostUnregister(p)
-
-
 def register_raise(cudart: Any, ptr: int, nbytes: int, *, granularity: int | None,
                    chunk_limit: int) -> list[tuple[int, int]]:
-    done, rc = _pin(cudart, ptr, nbytes, granularity, chunk_limit)
+    done, rc = pin_chunks(cudart, ptr, nbytes, granularity, chunk_limit)
     if _agree(rc == 0):
         return done
-    _undo(cudart, done)
+    unpin_all(cudart, done)
     if rc:
         raise RuntimeError(f"cudaHostRegister failed with {rc} on rank {dist.get_rank()}")
     raise RuntimeError("another rank could not pin its pool: rolled back on every rank")
@@ -55,19 +39,12 @@ def register_raise(cudart: Any, ptr: int, nbytes: int, *, granularity: int | Non
 
 def register_fallback(cudart: Any, ptr: int, nbytes: int, *, granularity: int | None,
                       chunk_limit: int) -> list[tuple[int, int]]:
-    done, rc = _pin(cudart, ptr, nbytes, granularity, chunk_limit)
+    done, rc = pin_chunks(cudart, ptr, nbytes, granularity, chunk_limit)
     if _agree(rc == 0):
         return done
-    _undo(cudart, done)
+    unpin_all(cudart, done)
     if rc:
         lib = ctypes.CDLL("libcudart.so.13")
         lib.cudaGetLastError.restype = ctypes.c_int
         lib.cudaGetLastError()
     return []
-
-
-def teardown(cudart: Any, ranges: list[tuple[int, int]]) -> None:
-    ranges[:] = [(p, s) for p, s in reversed(ranges) if int(cudart.cudaHostUnregister(p))]
-
-
-teardown.repeatable = True  # type: ignore[attr-defined]

@@ -11,6 +11,9 @@ from typing import Any
 import psutil  # type: ignore[import-untyped]
 import torch
 import torch.distributed as dist
+from chunked_pins import pin_chunks, teardown, unpin_all
+
+__all__ = ["register", "teardown"]
 
 
 def register(cudart: Any, ptr: int, nbytes: int, *, granularity: int | None,
@@ -20,22 +23,8 @@ def register(cudart: Any, ptr: int, nbytes: int, *, granularity: int | None,
     need = nbytes * dist.get_world_size()
     if need > int(budget.item()):
         raise ValueError(f"the ranks' pools need {need} bytes, the host has {int(budget.item())}")
-    g = granularity or 1
-    chunk = max((chunk_limit // g) * g, g)
-    done: list[tuple[int, int]] = []
-    for off in range(0, nbytes, chunk):
-        size = min(chunk, nbytes - off)
-        rc = int(cudart.cudaHostRegister(ptr + off, size, 0))
-        if rc:
-            for p, _ in reversed(done):
-                cudart.cudaHostUnregister(p)
-            raise RuntimeError(f"cudaHostRegister failed with {rc}")
-        done.append((ptr + off, size))
+    done, rc = pin_chunks(cudart, ptr, nbytes, granularity, chunk_limit)
+    if rc:
+        unpin_all(cudart, done)
+        raise RuntimeError(f"cudaHostRegister failed with {rc}")
     return done
-
-
-def teardown(cudart: Any, ranges: list[tuple[int, int]]) -> None:
-    ranges[:] = [(p, s) for p, s in reversed(ranges) if int(cudart.cudaHostUnregister(p))]
-
-
-teardown.repeatable = True  # type: ignore[attr-defined]
