@@ -12,6 +12,7 @@ rest of the plugin.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,12 +168,19 @@ def _spec(fn: Callable[..., Any] | str) -> str:
 def _end_state(host: FakeHost, outcomes: list[RankOutcome], timeout: float) -> RanksResult:
     """The host when the call ended, then once every rank's process is gone (each rank
     exits on the host: its pins and mappings go, its /dev/shm files stay)."""
+    from kvreg.harness.ranks.outcome import died
+
     ranks = range(len(outcomes))
     pinned = {r: host.rank_pinned(r) for r in ranks}
     files = host.shm_files()
     oom = host.killed()
     for r in ranks:
         host.rank(r).exit()
+    # the host's SIGKILL, not kvreg's stop, ended a victim whose death kvreg saw only after
+    # another rank's failure (gloo raises in its peers first on a loaded machine)
+    outcomes = [died(o.rank, -signal.SIGKILL, "the implementation's process was killed by "
+                     f"SIGKILL (the fake host's OOM killer: {oom[o.rank]})")
+                if o.kind == "stopped" and o.rank in oom else o for o in outcomes]
     return RanksResult(outcomes, pinned, files, host.shm_files(), oom, host.totals(), host,
                        timeout)
 
