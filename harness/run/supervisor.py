@@ -39,7 +39,7 @@ from .progress import ProgressBlock, describe_calls, read_calls
 from .result import ScenarioResult
 from .sharding import expected_cost
 from .target import ProcessConfig
-from .worker import READY, Reconfigure, worker_main
+from .worker import PRELOADED, READY, Reconfigure, worker_main
 
 if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
@@ -109,21 +109,16 @@ class Supervisor:
     def _start(self, config: ProcessConfig) -> _Worker:
         preload()     # imported once here, inherited by every worker forked from now on
         worker = self._fork(config)
-        # wait while it prepares (harness/run/process.py): that time is no scenario's; a
-        # worker that dies meanwhile is seen by its first scenario
+        # wait while it prepares (harness/run/process.py): that time is no scenario's
         self._wait_ready(worker)
         return worker
 
-    def _wait_ready(self, worker: _Worker) -> bool:
-        """Wait (at most the time limit) for ``worker`` to be prepared; False when its pipe
-        closed meanwhile (no answer in time: it is still preparing, its first scenario
-        waits on)."""
-        try:
+    def _wait_ready(self, worker: _Worker) -> None:
+        """Wait (at most the time limit) for ``worker`` to be prepared; a worker that dies
+        meanwhile is seen by its first scenario."""
+        with suppress(EOFError, OSError):
             if worker.conn.poll(self.limits.timeout):
                 worker.conn.recv()
-        except (EOFError, OSError):
-            return False
-        return True
 
     def start_early(self) -> None:
         """Start ``jobs`` workers (at most one per core: more would only slow each other's
@@ -150,14 +145,17 @@ class Supervisor:
         always does: it is prepared for it as :meth:`_start` prepares a new one)."""
         if worker.config is None:
             try:
+                # its imports are what this process would have done before forking: no
+                # scenario's time, so waited for without a limit (until done, or its death)
+                if worker.conn.recv() != PRELOADED:
+                    raise EOFError
                 worker.conn.send(Reconfigure(config))
-            except (OSError, ValueError):
+            except (EOFError, OSError, ValueError):
                 self._retire(worker, kill=True)
                 return False
             worker.config = config
-            if not self._wait_ready(worker):
-                self._retire(worker, kill=True)
-                return False
+            # then prepared for ``config`` as one forked for it is (_start)
+            self._wait_ready(worker)
             return True
         try:
             worker.conn.send(Reconfigure(config))

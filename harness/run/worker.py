@@ -48,11 +48,12 @@ from .target import ProcessConfig
 if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
 
-__all__ = ["DECLINED", "READY", "Reconfigure", "ended_by", "run_in_process",
+__all__ = ["DECLINED", "PRELOADED", "READY", "Reconfigure", "ended_by", "run_in_process",
            "worker_main"]
 
 READY = "kvreg-worker-ready"   # what a worker sends once it can take scenarios
 DECLINED = "kvreg-worker-declined"   # another configuration is another deployment here
+PRELOADED = "kvreg-worker-preloaded"   # an early worker imported what every run imports
 
 
 @dataclass(frozen=True)
@@ -133,15 +134,15 @@ def _become_worker(early: bool) -> None:
     os.dup2(2, 1)
     if early:
         # what the supervisor imports before it forks a worker, imported here instead while
-        # the supervisor loads the scenarios; frozen as the supervisor freezes what a forked
-        # worker inherits, so that this process's collector never walks it
+        # the supervisor loads the scenarios
         preload()
-        gc.freeze()
 
 
 def _first_config(conn: Connection) -> ProcessConfig | None:
-    """An early worker's configuration: the supervisor's first message (None: it left)."""
+    """An early worker's configuration: the supervisor's first message (None: it left),
+    asked for once what every run imports is imported (:data:`PRELOADED`)."""
     try:
+        conn.send(PRELOADED)
         first = conn.recv()
     except (EOFError, OSError):
         return None
@@ -170,6 +171,10 @@ def worker_main(conn: Connection, block: Any, impl: Implementation, backend: Any
             return
     if config is not None:
         impl, refusal = _prepared(impl, config)
+    if early:
+        # frozen, as the supervisor freezes what a forked worker inherits (torch, kvreg, the
+        # implementation): this process's collector never walks it
+        gc.freeze()
     try:
         conn.send(READY)   # the preparation is not the first scenario's time
     except (OSError, ValueError):

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
+
+from kvreg.harness.run import worker
 from kvreg.harness.run.implementation import make_implementation
+from kvreg.harness.run.limits import Limits
 from kvreg.harness.run.process import process_config
 from kvreg.harness.run.supervisor import Supervisor
 from kvreg.harness.scenario import load_paths
@@ -59,6 +64,26 @@ def test_an_early_worker_takes_its_first_scenarios_configuration(tmp_path: Path)
         assert sup.started == 2
     assert [results[i].verdict for i in range(3)] == ["pass"] * 3, \
         [results[i].violations for i in range(3)]
+
+
+def test_an_early_workers_imports_are_no_scenarios_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Importing torch on a loaded machine can take longer than a scenario's time limit: the
+    supervisor waits for it as it waits for its own import before forking, and the first
+    scenario's limit starts when the worker is prepared (else: an error verdict blaming the
+    implementation for kvreg's import)."""
+    imports = worker.preload
+
+    def slow_imports() -> None:
+        imports()
+        time.sleep(4.0)
+
+    monkeypatch.setattr(worker, "preload", slow_imports)   # the fork inherits it
+    scenarios = load_paths([scenario_file(tmp_path, ONE_CHUNK)])
+    with Supervisor(make_implementation(), limits=Limits(timeout=2.0)) as sup:
+        sup.start_early()
+        (result,) = [r for _, r in sup.run(scenarios)]
+    assert result.verdict == "pass", result.reason
 
 
 def test_early_workers_never_given_a_scenario_are_stopped() -> None:
