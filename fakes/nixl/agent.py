@@ -1,0 +1,474 @@
+"""``nixl._bindings.nixlAgent``: the agent's registrations, remote metadata, descriptor-list
+preparations and transfer requests, with the checks and statuses of nixl-cu12 1.5.1.
+
+Each check is the one the real agent makes, in its order, with the status it raises and the
+line it logs (kept on the exception as ``kvreg_detail``); docs/nixl.md §3-§5 gives the
+observed call behind each. The agent lives in a :class:`~.fake.FakeNixl`, which holds its
+memory (real bytes move for DRAM), the fake GPU memory VRAM registrations are checked
+against, and the other agents (a loaded remote is a snapshot of its registrations).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..cuda.device_memory import device_range
+from .bindings import (
+    NIXL_INIT_AGENT,
+    NixlCrash,
+    NotModelledError,
+    incompatible,
+    nixl_mem_t,
+    nixl_status_t,
+    nixlRegDList,
+    nixlXferDList,
+    raise_status,
+)
+
+if TYPE_CHECKING:
+    from .fake import FakeNixl
+
+__all__ = ["MD_TAG", "Xfer", "nixlAgent", "nixlAgentConfig"]
+
+S = nixl_status_t
+MD_TAG = b"nixlSerDes|"                      # the metadata's first bytes [verified]
+_UCX_MEMS = (nixl_mem_t.DRAM_SEG, nixl_mem_t.VRAM_SEG)   # getBackendParams(UCX) [verified]
+_handles = itertools.count(0x5E1000, 0x40).__next__
+
+Range = tuple[int, int, int]                 # (addr, len, devID)
+
+
+class nixlAgentConfig:
+    """The binding's config object (fields as ``nixl_agent`` sets them)."""
+
+    def __init__(self) -> None:
+        self.useProgThread = True
+        self.useListenThread = False
+        self.listenPort = 8888
+        self.syncMode = 0
+        self.pthrDelay = 0
+        self.lthrDelay = 100000
+        self.captureTelemetry = False
+
+
+def covers(reg: Range, query: Range) -> bool:
+    """``nixlBasicDesc::covers``: same devID, and the query inside the registered range."""
+    addr, length, dev = reg
+    end = addr + length
+    return dev == query[2] and addr <= query[0] <= end and query[1] <= end - query[0]
+
+
+def covering(keyed: Sequence[tuple[int, int, int]], desc: Range) -> int:
+    """``nixlSecDescList::getCoveringIndex`` over a section sorted by (devID, addr, len):
+    the first entry not below the query, or the one before it, if it covers it; else -1."""
+    addr, length, dev = desc
+    i = bisect.bisect_left(keyed, (dev, addr, length))
+    for j in (i, i - 1):
+        if 0 <= j < len(keyed):
+            d, a, n = keyed[j]
+            if covers((a, n, d), desc):
+                return j
+    return -1
+
+
+def populate(ranges: Sequence[Range], descs: Sequence[Range]) -> bool:
+    """Whether every descriptor of a list is found in a section of registrations, as NIXL
+    looks them up (``nixlMemSection::populate``, src/infra/nixl_memory_section.cpp): the
+    first by :func:`covering`; each next one, if not below the one before, by walking on
+    from the entry that held the one before; else by :func:`covering` again. A registration
+    the walk or the search does not reach is not looked at, so with overlapping registrations
+    a covered descriptor can be NOT_FOUND (and one a search would miss can be found by the
+    walk); a descriptor never spans two registrations, even adjacent ones; an empty list is
+    refused [verified, docs/nixl.md §4.1]."""
+    if not descs:
+        return False
+    keyed = sorted((d, a, n) for a, n, d in ranges)
+    at = covering(keyed, descs[0])
+    if at < 0:
+        return False
+    for prev, desc in itertools.pairwise(descs):
+        if (desc[2], desc[0], desc[1]) < (prev[2], prev[0], prev[1]):
+            at = covering(keyed, desc)
+            if at < 0:
+                return False
+            continue
+        while at < len(keyed) and not covers((keyed[at][1], keyed[at][2], keyed[at][0]),
+                                             desc):
+            at += 1
+        if at == len(keyed):
+            return False
+    return True
+
+
+def covered(ranges: Sequence[Range], desc: Range) -> bool:
+    """One descriptor found in a section (:func:`populate` of a one-element list)."""
+    return populate(ranges, [desc])
+
+
+@dataclass
+class Remote:
+    """A loaded remote agent: its registrations as its metadata carried them."""
+
+    name: str
+    regs: dict[int, list[Range]]
+    epoch: int
+
+
+@dataclass
+class Prepped:
+    agent: str                      # NIXL_INIT_AGENT for the local side
+    mem: nixl_mem_t
+    descs: list[Range]
+    epoch: int | None               # the remote's epoch when prepared
+
+
+@dataclass
+class Xfer:
+    op: str                         # "WRITE" | "READ"
+    local: list[Range]
+    remote: list[Range]
+    mems: tuple[nixl_mem_t, nixl_mem_t]
+    agent: str
+    epoch: int | None
+    notif: bytes = b""
+    state: str = "NEW"              # NEW, PROC, DONE, ERR
+    moved: list[bool] = field(default_factory=list)
+
+
+class nixlAgent:
+    """The fake binding's agent; ``nixl_agent`` (fakes/nixl/api.py) drives it."""
+
+    def __init__(self, name: str, config: nixlAgentConfig, *, fake: FakeNixl) -> None:
+        if not isinstance(name, str):
+            raise incompatible("__init__", "(self, name: str, cfg: nixlAgentConfig)")
+        self.name = name
+        self.config = config
+        self.fake = fake
+        self.backends: dict[int, str] = {}
+        self.regs: dict[int, list[tuple[int, int, int, bytes]]] = {}
+        self.remotes: dict[str, Remote] = {}
+        self._epochs: dict[str, int] = {}
+        self.prepped: dict[int, Prepped] = {}
+        self.xfers: dict[int, Xfer] = {}
+        self.notifs: dict[str, list[bytes]] = {}
+        # a registration the backend refused leaves its section behind: the agent's
+        # metadata then fails to load in any peer (NOT_FOUND) [verified, docs/nixl.md §3.3]
+        self.broken_md = False
+        # names whose metadata failed to load after UCX took their connection: the agent
+        # forgets them, UCX does not, and every later load (even after remove_remote_agent)
+        # is INVALID_PARAM [verified]
+        self.unloadable: set[str] = set()
+        fake.agents[name] = self
+
+    # -- plugins and backends -----------------------------------------------------------------
+    def getAvailPlugins(self) -> list[str]:
+        return list(self.fake.profile.plugins)
+
+    def createBackend(self, backend: str, params: dict[str, str]) -> int:
+        if backend != "UCX":
+            raise NotModelledError(f"kvreg's fake NIXL agent models the UCX backend only, "
+                                   f"not {backend} (docs/nixl.md §2)")
+        handle = _handles()
+        self.backends[handle] = backend
+        return handle
+
+    def getBackendParams(self, handle: int) -> tuple[dict[str, str], list[str]]:
+        return {}, [m.name for m in _UCX_MEMS]
+
+    def getPluginParams(self, plugin: str) -> tuple[dict[str, str], list[str]]:
+        return {}, [m.name for m in _UCX_MEMS] if plugin == "UCX" else []
+
+    def _mem_backends(self, mem: nixl_mem_t, handles: Sequence[int]) -> list[int]:
+        chosen = [h for h in handles if h in self.backends] if handles else list(self.backends)
+        return [h for h in chosen if mem in _UCX_MEMS]
+
+    # -- registration -------------------------------------------------------------------------
+    def registerMem(self, descs: Any, handles: Sequence[int] = ()) -> S:
+        if not isinstance(descs, nixlRegDList):
+            raise incompatible("registerMem", "(self: nixl._bindings.nixlAgent, descs: "
+                               "nixl._bindings.nixlRegDList, backends: collections.abc."
+                               "Sequence[typing.SupportsInt | typing.SupportsIndex] = []) -> "
+                               "nixl._bindings.nixl_status_t")
+        mem = descs.getType()
+        if not self._mem_backends(mem, handles):
+            raise_status(S.NIXL_ERR_NOT_FOUND, f"registerMem: no available backends for mem "
+                         f"type '{mem.name}'")
+        if mem == nixl_mem_t.VRAM_SEG:
+            bad = self._vram_refused(descs.ranges)
+            if bad is not None:
+                self.broken_md = True
+                raise_status(S.NIXL_ERR_BACKEND, f"nixlUcxContext {self.name}: {bad}; "
+                             "registerMem: registration failed for the specified or all "
+                             "potential backends")
+        # overlapping, duplicate and zero-length descriptors are all taken [verified]
+        self.regs.setdefault(int(mem), []).extend(descs[i] for i in range(descs.descCount()))
+        return S.NIXL_SUCCESS
+
+    def _vram_refused(self, ranges: Sequence[Range]) -> str | None:
+        if self.fake.profile.vram == "host-ucx" or self.fake.gpu is None:
+            return ("VRAM memory is detected as host by UCX. UCX is likely not configured "
+                    "with CUDA/ROCm support. VRAM registration cannot proceed.")
+        for addr, length, _dev in ranges:
+            rng = device_range(self.fake.gpu.driver, addr)
+            if rng is None or addr + max(length, 1) > rng.end:
+                return (f"VRAM range [{addr:#x}, {addr + length:#x}) is not in one device "
+                        "allocation (ucp_mem_map fails) [UNC]")
+        return None
+
+    def deregisterMem(self, descs: Any, handles: Sequence[int] = ()) -> S:
+        if not isinstance(descs, nixlRegDList):
+            raise incompatible("deregisterMem", "(self: nixl._bindings.nixlAgent, descs: "
+                               "nixl._bindings.nixlRegDList, backends: ...)")
+        mem = int(descs.getType())
+        if len(set(descs.ranges)) < descs.descCount():
+            raise NixlCrash("deregisterMem with one descriptor twice in the list: the real "
+                            "agent dies (SIGSEGV) whatever is registered (docs/nixl.md §3.2)")
+        held = self.regs.get(mem, [])
+        if not held:
+            raise_status(S.NIXL_ERR_NOT_FOUND, f"deregisterMem: no available backends for "
+                         f"mem type '{nixl_mem_t(mem).name}'")
+        # a descriptor matches on (addr, len, devID), metaInfo ignored; one that matches
+        # nothing fails the call and none of the list is deregistered [verified]
+        left = list(held)
+        for addr, length, dev in descs.ranges:
+            hit = next((i for i, r in enumerate(left) if r[:3] == (addr, length, dev)), None)
+            if hit is None:
+                raise_status(S.NIXL_ERR_NOT_FOUND, "deregisterMem: deregistration failed on "
+                             "at least one backend with status NIXL_ERR_NOT_FOUND")
+            else:
+                del left[hit]
+        self.regs[mem] = left
+        return S.NIXL_SUCCESS
+
+    def ranges(self, mem: int) -> list[Range]:
+        return [(a, n, d) for a, n, d, _ in self.regs.get(int(mem), [])]
+
+    # -- metadata -------------------------------------------------------------------------------
+    def getLocalMD(self) -> bytes:
+        body = {"name": self.name, "broken": self.broken_md,
+                "regs": {str(m): self.ranges(m) for m in self.regs if self.regs[m]}}
+        return MD_TAG + self.name.encode() + b"|kvreg|" + json.dumps(body).encode()
+
+    def loadRemoteMD(self, metadata: Any) -> bytes:
+        data = bytes(metadata)
+        body: dict[str, Any] | None = None
+        if data.startswith(MD_TAG) and b"|kvreg|" in data:
+            try:
+                body = json.loads(data.split(b"|kvreg|", 1)[1])
+            except ValueError:
+                body = None
+        if not isinstance(body, dict):
+            raise_status(S.NIXL_ERR_MISMATCH, "loadRemoteMD: failed to deserialize remote "
+                         "metadata")
+        assert body is not None
+        name = str(body["name"])
+        if name == self.name:
+            raise_status(S.NIXL_ERR_INVALID_PARAM, "loadRemoteMD: remote agent name same as "
+                         "local agent, no need to load metadata")
+        if name in self.unloadable:
+            raise_status(S.NIXL_ERR_INVALID_PARAM, "loadRemoteMD: error loading connection "
+                         "info for backend 'UCX' with status NIXL_ERR_INVALID_PARAM")
+        if body.get("broken"):
+            self.unloadable.add(name)
+            if self.remotes.pop(name, None) is not None:
+                self._epochs[name] = self._epochs.get(name, 0) + 1
+            raise_status(S.NIXL_ERR_NOT_FOUND, f"loadRemoteMD: error loading remote metadata "
+                         f"for agent '{name}' with status NIXL_ERR_NOT_FOUND")
+        regs: dict[int, list[Range]] = {int(m): [(int(r[0]), int(r[1]), int(r[2])) for r in rs]
+                                        for m, rs in body["regs"].items()}
+        epoch = self._epochs.setdefault(name, 0)
+        # loading the same agent again replaces its view; handles made before stay valid
+        # (checked: a post after a reload is DONE) [verified]
+        self.remotes[name] = Remote(name, regs, epoch)
+        return name.encode()
+
+    def invalidateRemoteMD(self, name: str) -> S:
+        # an unknown name is no error [verified]
+        if self.remotes.pop(name, None) is not None:
+            self._epochs[name] = self._epochs.get(name, 0) + 1
+        return S.NIXL_SUCCESS
+
+    def checkRemoteMD(self, name: str, descs: Any) -> S:
+        remote = self.remotes.get(name)
+        if remote is None:
+            return S.NIXL_ERR_NOT_FOUND
+        mem = int(descs.getType())
+        if populate(remote.regs.get(mem, []), descs.ranges):
+            return S.NIXL_SUCCESS
+        return S.NIXL_ERR_NOT_FOUND
+
+    def _side(self, agent: str, mem: int) -> tuple[list[Range], int | None] | None:
+        """The registrations a side's descriptors must lie in, and the remote's epoch."""
+        if agent in (NIXL_INIT_AGENT, self.name):
+            return self.ranges(mem), None
+        remote = self.remotes.get(agent)
+        if remote is None:
+            return None
+        return remote.regs.get(mem, []), remote.epoch
+
+    def _stale(self, agent: str, epoch: int | None) -> bool:
+        if epoch is None:
+            return False
+        remote = self.remotes.get(agent)
+        return remote is None or remote.epoch != epoch
+
+    # -- preparation ----------------------------------------------------------------------------
+    def prepXferDlist(self, agent: str, descs: Any, handles: Sequence[int] = ()) -> int:
+        if not isinstance(descs, nixlXferDList):
+            raise incompatible("prepXferDlist", "(self: nixl._bindings.nixlAgent, "
+                               "agent_name: str, descs: nixl._bindings.nixlXferDList, "
+                               "backends: ...) -> int")
+        mem = descs.getType()
+        side = self._side(agent, mem)
+        if side is None:
+            raise_status(S.NIXL_ERR_NOT_FOUND, f"prepXferDlist: metadata for remote agent "
+                         f"'{agent}' not found")
+        assert side is not None
+        regs, epoch = side
+        if not self._mem_backends(mem, handles) or not populate(regs, descs.ranges):
+            raise_status(S.NIXL_ERR_NOT_FOUND, "prepXferDlist: failed to prepare the "
+                         "descriptors for any of the specified or potential backends for "
+                         f"agent '{agent}'")
+        handle = _handles()
+        self.prepped[handle] = Prepped(agent, mem, descs.ranges, epoch)
+        return handle
+
+    def releasedDlistH(self, handle: int) -> S:
+        self.prepped.pop(int(handle), None)
+        return S.NIXL_SUCCESS
+
+    # -- transfer requests ----------------------------------------------------------------------
+    def makeXferReq(self, op: str, local_h: int, local_idx: Any, remote_h: int,
+                    remote_idx: Any, notif: bytes = b"", handles: Sequence[int] = (),
+                    skip_desc_merge: bool = False) -> int:
+        local, remote = self.prepped.get(int(local_h)), self.prepped.get(int(remote_h))
+        # a released handle reads as neither side [verified: after release_dlist_handle]
+        if local is None or remote is None or local.agent != NIXL_INIT_AGENT or \
+                remote.agent == NIXL_INIT_AGENT:
+            raise_status(S.NIXL_ERR_INVALID_PARAM, "makeXferReq: invalid sides (local must "
+                         "be local, remote must be remote)")
+        assert local is not None and remote is not None
+        li, ri = [int(i) for i in local_idx], [int(i) for i in remote_idx]
+        if len(li) != len(ri) or not li:
+            raise_status(S.NIXL_ERR_INVALID_PARAM, f"makeXferReq: different number of "
+                         f"indices for local ({len(li)}), remote ({len(ri)})")
+        if self._stale(remote.agent, remote.epoch):
+            raise_status(S.NIXL_ERR_NOT_FOUND, f"makeXferReq: remote agent '{remote.agent}' "
+                         "was invalidated or re-registered after prepped xfer request "
+                         "creation; prepped descriptor lists must be re-created")
+        for i, (a, b) in enumerate(zip(li, ri, strict=True)):
+            for side, idx, n in (("local", a, len(local.descs)), ("remote", b,
+                                                                   len(remote.descs))):
+                if not 0 <= idx < n:
+                    raise_status(S.NIXL_ERR_INVALID_PARAM, f"makeXferReq: {side} index out "
+                                 f"of range at index {i} with value {idx}")
+            if local.descs[a][1] != remote.descs[b][1]:
+                raise_status(S.NIXL_ERR_INVALID_PARAM, f"makeXferReq: length mismatch at "
+                             f"index {i} with local index {a} and remote index {b}")
+        return self._request(op, [local.descs[a] for a in li], [remote.descs[b] for b in ri],
+                             (local.mem, remote.mem), remote.agent, remote.epoch, notif)
+
+    def createXferReq(self, op: str, local: Any, remote: Any, agent: str,
+                      notif: bytes = b"", handles: Sequence[int] = ()) -> int:
+        if not isinstance(local, nixlXferDList) or not isinstance(remote, nixlXferDList):
+            raise incompatible("createXferReq", "(self: nixl._bindings.nixlAgent, operation: "
+                               "nixl._bindings.nixl_xfer_op_t, local_descs: nixl._bindings."
+                               "nixlXferDList, remote_descs: nixl._bindings.nixlXferDList, "
+                               "remote_agent: str, ...) -> int")
+        if local.descCount() != remote.descCount():
+            raise_status(S.NIXL_ERR_INVALID_PARAM, f"createXferReq: different descriptor "
+                         f"list sizes (local={local.descCount()}, remote="
+                         f"{remote.descCount()})")
+        for i, (a, b) in enumerate(zip(local.ranges, remote.ranges, strict=True)):
+            if a[1] != b[1]:
+                raise_status(S.NIXL_ERR_INVALID_PARAM, f"createXferReq: length mismatch at "
+                             f"index {i}")
+        lmem, rmem = local.getType(), remote.getType()
+        theirs = self._side(agent, rmem)
+        if theirs is None:
+            raise_status(S.NIXL_ERR_NOT_FOUND, f"createXferReq: metadata for remote agent "
+                         f"'{agent}' not found")
+        assert theirs is not None
+        if not self._mem_backends(lmem, handles) or (
+                agent != self.name and rmem not in _REMOTE_MEMS(self, agent)):
+            raise_status(S.NIXL_ERR_NOT_FOUND, "createXferReq: no potential backend found to "
+                         "be able to do the transfer")
+        if not populate(self.ranges(lmem), local.ranges) or \
+                not populate(theirs[0], remote.ranges):
+            raise_status(S.NIXL_ERR_NOT_FOUND, "createXferReq: no specified or potential "
+                         "backend had the required registrations to be able to do the "
+                         "transfer")
+        return self._request(op, local.ranges, remote.ranges, (lmem, rmem), agent, theirs[1],
+                             notif)
+
+    def _request(self, op: str, local: list[Range], remote: list[Range],
+                 mems: tuple[nixl_mem_t, nixl_mem_t], agent: str, epoch: int | None,
+                 notif: bytes) -> int:
+        handle = _handles()
+        self.xfers[handle] = Xfer(op, local, remote, mems, agent, epoch, bytes(notif or b""))
+        return handle
+
+    def _xfer(self, handle: int, api: str) -> Xfer:
+        xfer = self.xfers.get(int(handle))
+        if xfer is None:
+            raise NixlCrash(f"{api}({int(handle):#x}): not a live transfer request; the real "
+                            "agent dereferences the released handle and the process dies "
+                            "(SIGSEGV, docs/nixl.md §5)")
+        return xfer
+
+    def postXferReq(self, handle: int, notif: bytes = b"") -> S:
+        xfer = self._xfer(handle, "postXferReq")
+        if self._stale(xfer.agent, xfer.epoch):
+            raise_status(S.NIXL_ERR_NOT_FOUND, f"postXferReq: remote agent '{xfer.agent}' "
+                         "was invalidated or re-registered after transfer request creation; "
+                         "not posting stale handle")
+        xfer.state = self.fake.run_transfer(self, xfer)
+        if xfer.state == "ERR":
+            return S.NIXL_ERR_BACKEND
+        if self.fake.profile.post_status == "PROC":
+            xfer.state = "PROC"
+            return S.NIXL_IN_PROG
+        return S.NIXL_SUCCESS
+
+    def getXferStatus(self, handle: int) -> S:
+        xfer = self._xfer(handle, "getXferStatus")
+        if xfer.state == "NEW":
+            raise_status(S.NIXL_ERR_NOT_POSTED, "getXferStatus: the request was never posted")
+        if xfer.state == "PROC":
+            xfer.state = "DONE"
+        return S.NIXL_SUCCESS if xfer.state == "DONE" else S.NIXL_ERR_BACKEND
+
+    def releaseXferReq(self, handle: int) -> S:
+        self._xfer(handle, "releaseXferReq")
+        del self.xfers[int(handle)]
+        return S.NIXL_SUCCESS
+
+    # -- notifications (kept, not modelled beyond delivery) --------------------------------------
+    def getNotifs(self, notifs: dict[str, list[bytes]],
+                  handles: Sequence[int] = ()) -> dict[str, list[bytes]]:
+        out = {k: list(v) for k, v in notifs.items()}
+        for k, v in self.notifs.items():
+            out.setdefault(k, []).extend(v)
+        self.notifs.clear()
+        return out
+
+    def genNotif(self, remote: str, msg: bytes, handle: int | None = None) -> S:
+        if remote not in self.remotes:
+            raise_status(S.NIXL_ERR_NOT_FOUND, f"genNotif: metadata for remote agent "
+                         f"'{remote}' not found")
+        peer = self.fake.agents.get(remote)
+        if peer is not None:
+            peer.notifs.setdefault(self.name, []).append(bytes(msg))
+        return S.NIXL_SUCCESS
+
+
+def _REMOTE_MEMS(agent: nixlAgent, name: str) -> set[int]:
+    """The memory types a loaded remote registered (its backends' view of them)."""
+    remote = agent.remotes.get(name)
+    return {m for m, rs in remote.regs.items() if rs} if remote else set()
+
