@@ -178,16 +178,24 @@ def _items(layout: KvLayout) -> list[int]:
     return [*b.kv_item_lens, *b.aux_item_lens, *b.state_item_lens]
 
 
-def build_world(sc: Scenario, impl: Implementation, backend: Any) -> GpuRdmaWorld:
-    """The world of one run; raises SkipScenario or CannotRun."""
+def build_world(sc: Scenario, impl: Implementation, backend: Any) -> TracedWorld:
+    """The world of one run (the engine's, or NIXL's for ``transport = "nixl"``); raises
+    SkipScenario or CannotRun."""
     if not styles.registers_gpu_buffers(impl):
         raise SkipScenario(f"the {impl.style} style registers host buffers; gpu_rdma "
-                           "scenarios need --style mooncake_engine")
+                           "scenarios need --style mooncake_engine or nixl")
     opts = GpuRdmaOptions.parse(sc.options)
-    why_not = impl.contract.scenario_skip_reason(sc.expect, sc.contract)
+    why_not = styles.transport_skip_reason(impl, opts.transport) or \
+        impl.contract.scenario_skip_reason(sc.expect, sc.contract)
     if why_not:
         raise SkipScenario(why_not)
     fake = deployment(opts)
+    if opts.transport == "nixl":
+        from .nixl_world import build_nixl_world
+        try:
+            return build_nixl_world(sc, impl, opts, fake)
+        except LayoutError as exc:
+            raise CannotRun(str(exc)) from exc
     try:
         nodes = _build_nodes(sc, opts, fake)
     except LayoutError as exc:
