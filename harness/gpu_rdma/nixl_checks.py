@@ -130,12 +130,14 @@ def check_swallowed(r: NxRecord) -> list[Violation]:
         failed = [c for c in _registers(r, n) if _failed(c)]
         if n.registered and missing and failed:
             c = failed[0]
+            poisoned = any(m.owner == n.node for m in r.metadata_failures)
             out.append(Violation(
                 "registration-failure-dropped",
                 f"{n.node}: {_text(n, c)} raised {_raised(c)} and register returned normally "
                 f"(the exception was swallowed); {len(missing)} buffer(s) are not registered "
-                f"({', '.join(e.name for e in missing[:4])}), and the agent's metadata no "
-                "longer loads in any peer", c.seq))
+                f"({', '.join(e.name for e in missing[:4])})"
+                + (", and the agent's metadata no longer loads in its peer" if poisoned
+                   else ""), c.seq))
     return out
 
 
@@ -247,8 +249,14 @@ def check_transfers(r: NxRecord) -> list[Violation]:
         entry = next((e for e in n.entries if e.name == f.buffer), None)
         calls = [c for c in _registers(r, n) if entry is not None and any(
             a <= entry.ptr < a + max(s, 1) for a, s, _ in c.args[0])]
-        where = (f"registered by {_text(n, calls[-1])} (seq {calls[-1].seq}), which does not "
-                 "cover it now" if calls else "no registration call of register named it")
+        if not calls:
+            where = "no registration call of register named it"
+        elif _failed(calls[-1]):
+            where = (f"{_text(n, calls[-1])} (seq {calls[-1].seq}) named it and raised "
+                     f"{_raised(calls[-1])}")
+        else:
+            where = (f"registered by {_text(n, calls[-1])} (seq {calls[-1].seq}), which does "
+                     "not cover it now")
         offset = f.addr - (entry.ptr if entry is not None else f.addr)
         out.append(Violation(
             "transfer-unregistered",

@@ -16,6 +16,7 @@ from .options import GpuRdmaOptions
 
 if TYPE_CHECKING:
     from kvreg.harness.run.implementation import Implementation
+    from kvreg.harness.run.world import TracedWorld
     from kvreg.harness.run.target import ProcessConfig
     from kvreg.harness.scenario.format import Scenario
 
@@ -54,7 +55,7 @@ class GpuRdmaTarget:
         stack.enter_context(FakeNixl(fabric=fake.fabric, node=options.NODES[0]).patch())
         return stack
 
-    def build(self, sc: Scenario, impl: Implementation, backend: Any) -> world.GpuRdmaWorld:
+    def build(self, sc: Scenario, impl: Implementation, backend: Any) -> TracedWorld:
         return world.build_world(sc, impl, backend)
 
 

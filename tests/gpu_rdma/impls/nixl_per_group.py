@@ -1,28 +1,30 @@
-"""Correct, written as vLLM's NixlConnector registers: one get_reg_descs + register_memory
-per memory type (VRAM for the GPU buffers, DRAM for the host ones); NIXL raises on a failure
-and the lists already registered are deregistered before it propagates."""
+"""Correct, one descriptor list per KvBuffers group (kv, aux, state: each one memory kind),
+as a KV manager that keeps its groups apart registers; a failure deregisters what was
+registered, newest first, and raises."""
 
 
 def register(agent, buffers):
-    registered = []
-    try:
-        for kind in ("VRAM", "DRAM"):
-            rows = [(e.ptr, e.nbytes, e.device, "") for e in buffers.entries if e.kind == kind]
-            if rows:
-                descs = agent.get_reg_descs(rows, kind)
-                agent.register_memory(descs)
-                registered.append(descs)
-    except Exception:
-        for descs in registered:
-            agent.deregister_memory(descs)
-        raise
-    return registered
+    done = []
+    for group in ("kv", "aux", "state"):
+        entries = buffers.group(group)
+        if not entries:
+            continue
+        descs = agent.get_reg_descs([(e.ptr, e.nbytes, e.device, "") for e in entries],
+                                    entries[0].kind)
+        try:
+            agent.register_memory(descs)
+        except Exception:
+            for earlier in reversed(done):
+                agent.deregister_memory(earlier)
+            raise
+        done.append(descs)
+    return done
 
 
 def teardown(agent, handle):
-    while handle:
-        agent.deregister_memory(handle[-1])
-        handle.pop()
+    for descs in list(handle):
+        agent.deregister_memory(descs)
+        handle.remove(descs)
 
 
 teardown.repeatable = True
