@@ -48,6 +48,8 @@ CAUGHT = [
      "overlap"),
     ("overlapping_entries", "gpu_rdma/mha_per_layer/one-nic", "batch-entry-invalid",
      "returned -7 (ERR_ADDRESS_OVERLAPPED)"),
+    ("zero_length_placeholder", "gpu_rdma/mha_per_layer/one-nic", "batch-entry-invalid",
+     "a zero-length entry at 0x"),
     ("forgets_aux", "gpu_rdma/mha_per_layer/one-nic", "buffer-not-registered",
      "aux0 (aux, DRAM"),
     ("forgets_aux", "gpu_rdma/mha_per_layer/aux-and-state", "buffer-not-registered",

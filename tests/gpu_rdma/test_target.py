@@ -190,3 +190,21 @@ def test_the_cli_runs_the_catalog_with_the_style() -> None:
     assert sorted(k for k, v in verdicts.items() if v == "pass") == sorted(
         k for k in verdicts if not k.split("/")[1].startswith("nixl_"))
     assert len(verdicts) == 28 and list(verdicts.values()).count("skip") == 12
+
+
+def test_code_imported_for_a_scenario_finds_the_fake_engine() -> None:
+    # a worker imports the implementation under the scenario's machine (run/process.py):
+    # ``from mooncake.engine import TransferEngine`` reaches the fake there
+    from kvreg.harness.run import process
+
+    sc = load_file(ROOT / "gpu_rdma" / "mla_latent.toml", ROOT)[2]
+    config = process.process_config(sc)
+    assert config.target == "gpu_rdma" and config.env == ()
+    assert config.machine == ("h200-r580", tuple((f"mlx5_{i}", "mlx5") for i in range(4)),
+                              "v0.3.13")
+    with process.import_scope(config):
+        from mooncake.engine import TransferEngine
+
+        engine = TransferEngine()
+        assert engine.initialize("h", "P2PHANDSHAKE", "rdma", "") == 0
+        assert engine.state is not None and engine.state.protocol == "rdma"

@@ -189,7 +189,8 @@ def test_markdown_lists_every_rule_once() -> None:
     table = registry.markdown()
     rows = [line for line in table.splitlines() if line.startswith("| `")]
     assert [row.split("`")[1] for row in rows] == sorted(r.name for r in all_rules())
-    assert "| `unregister-not-retried` | warning | cuda | repeatable-teardown |" in table
+    assert "| `unregister-not-retried` | warning | cuda, gpu_rdma | repeatable-teardown |" \
+        in table
 
 
 def test_kvreg_list_rules_reads_the_registry(capsys: pytest.CaptureFixture[str]) -> None:
