@@ -37,7 +37,7 @@ NAMED_SUITES = ("tests/fakes/test_bindings_surface.py",
                 "tests/fakes/test_sglang_unit_cases.py")
 # docs label -> (order, what it means for a behaviour); docs/README.md "Evidence labels"
 LABELS = {
-    "verified": (1, "read in the upstream source (Mooncake, rdma-core, SGLang, FastDeploy)"),
+    "verified": (1, "read in the upstream source (Mooncake, NIXL, rdma-core, SGLang, FastDeploy)"),
     "DOC": (2, "documented by the vendor (NVIDIA headers and docs)"),
     "doc": (2, "documented by the project only"),
     "OBS-ext": (3, "observed by others on real hardware (cited issue, PR or test suite)"),

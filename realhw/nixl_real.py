@@ -1,7 +1,7 @@
 """The real NIXL agent (nixl-cu12 1.5.1, UCX over DRAM) for the ``nixl-real`` tier, always in
 a child process.
 
-Two facts of the wheel decide the shape [verified on this machine, docs/nixl.md §5]: UCX
+Two facts of the wheel decide the shape [OBS-local, docs/nixl.md §5]: UCX
 listens on every interface address of the machine (its tcp transport: a listening socket
 per agent on eth0's address, beside loopback), so the tier runs only in the private network
 namespace ``bash .ci/nixl-real PYTHON test`` makes (realhw/mooncake_netns.py: loopback and

@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 __all__ = ["MD_TAG", "Xfer", "nixlAgent", "nixlAgentConfig"]
 
 S = nixl_status_t
-MD_TAG = b"nixlSerDes|"                      # the metadata's first bytes [verified]
-_UCX_MEMS = (nixl_mem_t.DRAM_SEG, nixl_mem_t.VRAM_SEG)   # getBackendParams(UCX) [verified]
+MD_TAG = b"nixlSerDes|"                      # the metadata's first bytes [OBS-local]
+_UCX_MEMS = (nixl_mem_t.DRAM_SEG, nixl_mem_t.VRAM_SEG)   # getBackendParams(UCX) [OBS-local]
 _handles = itertools.count(0x5E1000, 0x40).__next__
 
 Range = tuple[int, int, int]                 # (addr, len, devID)
@@ -84,7 +84,7 @@ def populate(ranges: Sequence[Range], descs: Sequence[Range]) -> bool:
     the walk or the search does not reach is not looked at, so with overlapping registrations
     a covered descriptor can be NOT_FOUND (and one a search would miss can be found by the
     walk); a descriptor never spans two registrations, even adjacent ones; an empty list is
-    refused [verified, docs/nixl.md §4.1]."""
+    refused [verified in source; OBS-local by the differential, docs/nixl.md §4.1]."""
     if not descs:
         return False
     keyed = sorted((d, a, n) for a, n, d in ranges)
@@ -157,11 +157,11 @@ class nixlAgent:
         self.xfers: dict[int, Xfer] = {}
         self.notifs: dict[str, list[bytes]] = {}
         # a registration the backend refused leaves its section behind: the agent's
-        # metadata then fails to load in any peer (NOT_FOUND) [verified, docs/nixl.md §3.3]
+        # metadata then fails to load in any peer (NOT_FOUND) [OBS-local, docs/nixl.md §3.3]
         self.broken_md = False
         # names whose metadata failed to load after UCX took their connection: the agent
         # forgets them, UCX does not, and every later load (even after remove_remote_agent)
-        # is INVALID_PARAM [verified]
+        # is INVALID_PARAM [OBS-local]
         self.unloadable: set[str] = set()
         fake.agents[name] = self
 
@@ -205,7 +205,7 @@ class nixlAgent:
                 raise_status(S.NIXL_ERR_BACKEND, f"nixlUcxContext {self.name}: {bad}; "
                              "registerMem: registration failed for the specified or all "
                              "potential backends")
-        # overlapping, duplicate and zero-length descriptors are all taken [verified]
+        # overlapping, duplicate and zero-length descriptors are all taken [OBS-local]
         self.regs.setdefault(int(mem), []).extend(descs[i] for i in range(descs.descCount()))
         return S.NIXL_SUCCESS
 
@@ -233,7 +233,7 @@ class nixlAgent:
             raise_status(S.NIXL_ERR_NOT_FOUND, f"deregisterMem: no available backends for "
                          f"mem type '{nixl_mem_t(mem).name}'")
         # a descriptor matches on (addr, len, devID), metaInfo ignored; one that matches
-        # nothing fails the call and none of the list is deregistered [verified]
+        # nothing fails the call and none of the list is deregistered [OBS-local]
         left = list(held)
         for addr, length, dev in descs.ranges:
             hit = next((i for i, r in enumerate(left) if r[:3] == (addr, length, dev)), None)
@@ -283,12 +283,12 @@ class nixlAgent:
                                         for m, rs in body["regs"].items()}
         epoch = self._epochs.setdefault(name, 0)
         # loading the same agent again replaces its view; handles made before stay valid
-        # (checked: a post after a reload is DONE) [verified]
+        # (checked: a post after a reload is DONE) [OBS-local]
         self.remotes[name] = Remote(name, regs, epoch)
         return name.encode()
 
     def invalidateRemoteMD(self, name: str) -> S:
-        # an unknown name is no error [verified]
+        # an unknown name is no error [OBS-local]
         if self.remotes.pop(name, None) is not None:
             self._epochs[name] = self._epochs.get(name, 0) + 1
         return S.NIXL_SUCCESS
@@ -347,7 +347,7 @@ class nixlAgent:
                     remote_idx: Any, notif: bytes = b"", handles: Sequence[int] = (),
                     skip_desc_merge: bool = False) -> int:
         local, remote = self.prepped.get(int(local_h)), self.prepped.get(int(remote_h))
-        # a released handle reads as neither side [verified: after release_dlist_handle]
+        # a released handle reads as neither side [OBS-local: after release_dlist_handle]
         if local is None or remote is None or local.agent != NIXL_INIT_AGENT or \
                 remote.agent == NIXL_INIT_AGENT:
             raise_status(S.NIXL_ERR_INVALID_PARAM, "makeXferReq: invalid sides (local must "

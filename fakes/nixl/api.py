@@ -6,7 +6,7 @@ nixl._api import nixl_agent, nixl_agent_config``): the same conversions of descr
 ``None``, which the binding then refuses with pybind11's TypeError), the same return values
 (``add_remote_agent`` returns the name as bytes; ``transfer``/``check_xfer_state`` return
 "DONE", "PROC" or "ERR") and the same Python-level errors (``KeyError`` for an unknown
-memory type, operation or backend name; ``IndexError`` for an empty list) [verified,
+memory type, operation or backend name; ``IndexError`` for an empty list) [OBS-local,
 docs/nixl.md §3]. Every call is in the fake's trace (face ``nixl:<agent>``) and goes through
 its fault plan (points ``nixl.<method>``).
 """
@@ -216,7 +216,7 @@ class nixl_agent:
                          type(descs).__name__)
             return None
         # the wheel reads descs[0] before it looks at the input's type: an empty list,
-        # array or tensor raises IndexError there [verified]
+        # array or tensor raises IndexError there [OBS-local]
         first = descs[0]
         if isinstance(first, tuple):
             if mem_type is not None and len(first) == width:
@@ -351,10 +351,23 @@ class nixl_agent:
         self.agent.genNotif(remote_agent_name, _bytes(notif_msg))
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        raise NotModelledError(f"kvreg's fake nixl_agent does not model {name}() "
-                               "(the modelled methods are those of kvreg.fakes.nixl.api)")
+        if name not in _NOT_MODELLED:
+            raise AttributeError(f"'nixl_agent' object has no attribute {name!r}")
+
+        def not_modelled(*args: object, **kwargs: object) -> Any:
+            raise NotModelledError(f"kvreg's fake nixl_agent does not model {name}() "
+                                   "(the modelled methods are those of kvreg.fakes.nixl.api)")
+        return not_modelled
+
+
+# the real agent's methods (1.5.1) the fake does not model (docs/nixl.md §2): present, as on
+# the real class, and raising when called
+_NOT_MODELLED = frozenset({
+    "query_memory", "make_connection", "estimate_xfer_cost", "get_xfer_telemetry",
+    "query_xfer_backend", "prep_mem_view", "release_mem_view", "get_partial_agent_metadata",
+    "send_local_metadata", "send_partial_agent_metadata", "fetch_remote_metadata",
+    "invalidate_local_metadata", "get_remote_descs", "get_serialized_descs",
+    "deserialize_descs"})
 
 
 def _tensor_rows(tensors: Any, width: int) -> list[tuple[Any, ...]] | None:

@@ -38,12 +38,12 @@ __all__ = [
     "status_name",
 ]
 
-DEFAULT_COMM_PORT = 8888          # nixlBind.DEFAULT_COMM_PORT [verified, 1.5.1]
-NIXL_INIT_AGENT = ""              # nixlBind.NIXL_INIT_AGENT: the empty name [verified]
+DEFAULT_COMM_PORT = 8888          # nixlBind.DEFAULT_COMM_PORT [OBS-local, 1.5.1]
+NIXL_INIT_AGENT = ""              # nixlBind.NIXL_INIT_AGENT: the empty name [OBS-local]
 
 
 class nixl_status_t(enum.IntEnum):
-    """``nixl_status_t`` (values as in the wheel) [verified]."""
+    """``nixl_status_t`` (values as in the wheel) [OBS-local]."""
 
     NIXL_IN_PROG = 1
     NIXL_SUCCESS = 0
@@ -59,7 +59,7 @@ class nixl_status_t(enum.IntEnum):
 
 
 class nixl_mem_t(enum.IntEnum):
-    """``nixl_mem_t`` [verified]."""
+    """``nixl_mem_t`` [OBS-local]."""
 
     DRAM_SEG = 0
     VRAM_SEG = 1
@@ -142,7 +142,7 @@ def _u64(value: Any, what: str) -> int:
     except (TypeError, ValueError):
         raise TypeError(f"{what}: not an integer: {value!r}") from None
     if out < 0 or out >= 1 << 64:
-        # pybind11 cannot cast a negative Python int to uintptr_t / size_t [verified]
+        # pybind11 cannot cast a negative Python int to uintptr_t / size_t [OBS-local]
         raise RuntimeError("Unable to cast Python instance of type <class 'int'> to C++ type "
                            "'?' (#define PYBIND11_DETAILED_ERROR_MESSAGES or compile in debug "
                            "mode for details)")
@@ -151,7 +151,7 @@ def _u64(value: Any, what: str) -> int:
 
 class _DList:
     """What both descriptor lists share: a memory type and descriptors in order (no
-    ``len()``: the binding defines none [verified]; iteration runs on indexing)."""
+    ``len()``: the binding defines none [OBS-local]; iteration runs on indexing)."""
 
     _width = 3
 

@@ -42,10 +42,13 @@ class LiveRegistration:
     addr: int
     length: int
     dev: int
+    buffer: str | None = None
+    offset: int | None = None
 
     def describe(self) -> str:
+        where = f" ({self.buffer} + {self.offset:#x})" if self.buffer is not None else ""
         return (f"{self.agent}: {self.mem} [{self.addr:#x}, {self.addr + self.length:#x}) "
-                f"{self.length} bytes, devID {self.dev}")
+                f"{self.length} bytes, devID {self.dev}{where}")
 
 
 class FakeNixl:
@@ -133,8 +136,10 @@ class FakeNixl:
         for name, agent in self.agents.items():
             for mem, regs in agent.regs.items():
                 for addr, length, dev, _meta in regs:
+                    hit = self.node.resolve(addr) if mem == 0 else None
                     out.append(LiveRegistration(name, bindings.nixl_mem_t(mem).name, addr,
-                                                length, dev))
+                                                length, dev, hit[0] if hit else None,
+                                                hit[1] if hit else None))
         return out
 
     def leak_report(self) -> str:

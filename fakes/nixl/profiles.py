@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 __all__ = ["PROFILES", "NixlProfile", "get_nixl_profile"]
 
-UCX_PARAMS: dict[str, str] = {}     # getBackendParams(UCX) on 1.5.1 [verified]
+UCX_PARAMS: dict[str, str] = {}     # getBackendParams(UCX) on 1.5.1 [OBS-local]
 
 
 @dataclass(frozen=True)
@@ -20,11 +20,11 @@ class NixlProfile:
     """``vram``: ``"device"`` checks a VRAM registration against the fake GPU memory (a
     range in no device allocation fails NIXL_ERR_BACKEND, as UCX's CUDA memory detection
     [UNC]); ``"host-ucx"``: UCX built without CUDA refuses every VRAM registration with
-    NIXL_ERR_BACKEND [verified: the wheel's UCX here]. ``post_status``: what ``transfer()``
+    NIXL_ERR_BACKEND [OBS-local: the wheel's UCX here]. ``post_status``: what ``transfer()``
     answers for a transfer the fake completes in the call: "PROC" (then "DONE" when polled)
-    or "DONE"; the real agent answers either, by timing [verified: both seen].
+    or "DONE"; the real agent answers either, by timing [OBS-local: both seen].
     ``stale_remote``: a transfer to remote memory deregistered after its metadata was loaded:
-    ``"moves"`` as UCX over shared memory in one process [verified], ``"error"`` (state ERR)
+    ``"moves"`` as UCX over shared memory in one process [OBS-local], ``"error"`` (state ERR)
     as an RDMA NIC's remote access error would [UNC]."""
 
     name: str

@@ -1,12 +1,14 @@
-"""FakeCuda, the verbs Fabric and FakeMooncake answer alike (kvreg.fakes.protocol.Fake): a
+"""FakeCuda, the verbs Fabric, FakeMooncake and FakeNixl answer alike (kvreg.fakes.protocol.Fake): a
 trace, a fault plan, ``live()`` and ``leak_report()``, so the harness reads any of them the
 same way. The assignments below are checked by mypy (--strict) as well as run here."""
 
 from __future__ import annotations
 
+from kvreg.fakes.address_space import buffer_address
 from kvreg.fakes.cuda.fake_cuda import FakeCuda
 from kvreg.fakes.faults import FaultPlan
 from kvreg.fakes.mooncake.fake import FakeMooncake
+from kvreg.fakes.nixl.fake import FakeNixl
 from kvreg.fakes.protocol import Fake
 from kvreg.fakes.recorder import Trace
 from kvreg.fakes.verbs.fabric import Fabric
@@ -59,6 +61,22 @@ def test_fake_mooncake_answers_as_a_fake() -> None:
     assert store.unregister_buffer(pool.data_ptr()) == 0
     assert mooncake.live() == [] and mooncake.leak_report() == ""
     mooncake.close_all()
+
+
+def test_fake_nixl_answers_as_a_fake() -> None:
+    nixl = FakeNixl()
+    fake: Fake = nixl
+    assert isinstance(fake, Fake)
+    pool = bytearray(4096)
+    nixl.track(pool, name="pool")
+    agent = nixl.agent("A")
+    base, _ = buffer_address(pool)
+    regs = agent.register_memory([(base, 1024, 0, "")], "DRAM")
+    assert len(nixl.live()) == 1
+    assert nixl.leak_report().startswith("1 NIXL descriptor(s) still registered")
+    assert "pool" in nixl.leak_report()
+    agent.deregister_memory(regs)
+    assert nixl.live() == [] and nixl.leak_report() == ""
 
 
 def test_an_object_without_the_answers_is_no_fake() -> None:

@@ -12,7 +12,7 @@ import torch
 
 from kvreg.fakes.nixl import FakeNixl, NixlCrash, NotModelledError
 
-from .conftest import KiB, Pair
+from ..helpers.nixl_pair import KiB, Pair, make_pair
 
 
 def _raises(pair: Pair, name: str) -> type[BaseException]:
@@ -48,12 +48,14 @@ def test_unmodelled_backends_and_methods_say_so(pair: Pair) -> None:
         pair.a.create_backend("POSIX")
     with pytest.raises(NotModelledError, match="does not model estimate_xfer_cost"):
         pair.a.estimate_xfer_cost(None)
+    assert hasattr(pair.a, "make_connection")          # present, as on the real class
+    assert not hasattr(pair.a, "no_such_method")
 
 
 # -- registration (§3) ------------------------------------------------------------------------
 
 def test_overlapping_duplicate_and_zero_length_registrations_are_accepted(pair: Pair) -> None:
-    # [verified] all three succeed on 1.5.1 (unlike Mooncake's engine, which refuses them)
+    # [OBS-local] all three succeed on 1.5.1 (unlike Mooncake's engine, which refuses them)
     a, pa = pair.a, pair.pa
     a.register_memory([(pa, 4 * KiB, 0, "")], "DRAM")
     a.register_memory([(pa + KiB, 4 * KiB, 0, "")], "DRAM")
@@ -68,7 +70,7 @@ def test_registration_input_forms(pair: Pair) -> None:
     assert a.register_memory(t)[0] == (t.data_ptr(), 256, 0, b"")
     rows = np.array([[pa, 100, 0]], dtype=np.uint64)
     assert a.register_memory(rows, "DRAM")[0] == (pa, 100, 0, b"")
-    # [verified] the wheel reads descs[0] first: an empty list or array is IndexError
+    # [OBS-local] the wheel reads descs[0] first: an empty list or array is IndexError
     with pytest.raises(IndexError, match="list index out of range"):
         a.register_memory([], "DRAM")
     with pytest.raises(IndexError):
@@ -104,7 +106,7 @@ def test_deregistration_matches_exactly_and_is_all_or_nothing(pair: Pair) -> Non
         a.deregister_memory(pair.rd(a, [(pa, KiB, 0)]))
     with pytest.raises(nf):                                   # another devID neither
         a.deregister_memory(pair.rd(a, [(pa, 4 * KiB, 1)]))
-    # [verified] [present, missing]: NOT_FOUND and the present one stays registered
+    # [OBS-local] [present, missing]: NOT_FOUND and the present one stays registered
     with pytest.raises(nf):
         a.deregister_memory(pair.rd(a, [(pa, 4 * KiB, 0), (pa + 1, 5, 0)]))
     assert len(pair.fake.live()) == 2
@@ -119,7 +121,7 @@ def test_deregistration_matches_exactly_and_is_all_or_nothing(pair: Pair) -> Non
 
 
 def test_one_descriptor_twice_in_a_deregistration_list_crashes(pair: Pair) -> None:
-    # [verified] SIGSEGV on 1.5.1 whatever is registered (tests/nixl_real/test_crashes.py)
+    # [OBS-local] SIGSEGV on 1.5.1 whatever is registered (tests/nixl_real/test_crashes.py)
     a, pa = pair.a, pair.pa
     a.register_memory([(pa, 64, 0, "")], "DRAM")
     a.register_memory([(pa, 64, 0, "")], "DRAM")
@@ -138,11 +140,11 @@ def test_metadata_loads_by_name_and_refuses_garbage_and_self(pair: Pair) -> None
         pair.a.add_remote_agent(b"garbage")
     with pytest.raises(_raises(pair, "nixlInvalidParamError")):
         pair.a.add_remote_agent(pair.a.get_agent_metadata())
-    pair.a.remove_remote_agent("nobody")                      # no error [verified]
+    pair.a.remove_remote_agent("nobody")                      # no error [OBS-local]
 
 
 def test_a_refused_registration_poisons_the_agents_metadata(pair: Pair) -> None:
-    # [verified] after a VRAM registration UCX refused, B's metadata loads nowhere
+    # [OBS-local] after a VRAM registration UCX refused, B's metadata loads nowhere
     # (NOT_FOUND), and A can never load B again, even after remove_remote_agent
     # (INVALID_PARAM: UCX kept the connection the agent forgot)
     pair.b.register_memory([(pair.pb, 4 * KiB, 0, "")], "DRAM")
@@ -184,7 +186,7 @@ def test_transfers_move_the_bytes(pair: Pair, op: str) -> None:
 
 
 def test_transfer_reports_proc_then_done_or_done(pair: Pair) -> None:
-    # [verified] the wheel answers "PROC" or "DONE" by timing; the default makes code poll
+    # [OBS-local] the wheel answers "PROC" or "DONE" by timing; the default makes code poll
     _registered(pair)
     h = pair.a.initialize_xfer("WRITE", pair.xd(pair.a, [(pair.pa, 8, 0)]),
                                pair.xd(pair.b, [(pair.pb, 8, 0)]), "B")
@@ -231,7 +233,7 @@ def test_request_checks_in_the_agents_order(pair: Pair) -> None:
 
 
 def test_lookup_follows_nixls_walk_not_the_union_of_registrations(pair: Pair) -> None:
-    # nixlMemSection::populate (src/infra/nixl_memory_section.cpp) [verified by the
+    # nixlMemSection::populate (src/infra/nixl_memory_section.cpp) [verified; OBS-local by the
     # differential]: a descriptor inside the union of two registrations but in neither is
     # NOT_FOUND, and with overlapping registrations the sorted search looks at two entries
     a, b, pa, pb = pair.a, pair.b, pair.pa, pair.pb
@@ -267,10 +269,8 @@ def test_remote_registrations_are_the_loaded_snapshot(pair: Pair) -> None:
 
 @pytest.mark.parametrize(("profile", "state"), [("ucx-host", "DONE"), ("ucx-cuda", "ERR")])
 def test_transfer_to_memory_deregistered_after_the_metadata(profile: str, state: str) -> None:
-    # [verified] UCX over shared memory in one process still moves the bytes; an RDMA NIC
+    # [OBS-local] UCX over shared memory in one process still moves the bytes; an RDMA NIC
     # would fail the access [UNC]: the conservative default says ERR
-    from .conftest import make_pair
-
     for p in make_pair(profile):
         _registered(p)
         regs = p.b.get_reg_descs([(p.pb, 32 * KiB, 0, "")], "DRAM")
@@ -384,3 +384,31 @@ def test_leak_report_names_what_is_still_registered(pair: Pair) -> None:
     assert "A: DRAM_SEG" in pair.fake.leak_report()
     pair.a.deregister_memory(regs)
     assert pair.fake.leak_report() == ""
+
+
+def test_a_transfers_notification_reaches_the_peer(pair: Pair) -> None:
+    # docs/nixl.md §4 [OBS-local]: what KV connectors poll to learn a read finished
+    _registered(pair)
+    pair.b.add_remote_agent(pair.a.get_agent_metadata())
+    h = pair.a.initialize_xfer("WRITE", pair.xd(pair.a, [(pair.pa, 8, 0)]),
+                               pair.xd(pair.a, [(pair.pb, 8, 0)]), "B", notif_msg=b"req-7")
+    assert pair.b.get_new_notifs() == {}
+    assert _run(pair, h) == "DONE"
+    assert pair.b.check_remote_xfer_done("A", b"req") is True
+    assert pair.b.check_remote_xfer_done("A", b"req") is False       # taken once
+    pair.b.send_notif("A", "done")
+    assert pair.a.get_new_notifs() == {"B": [b"done"]}
+    with pytest.raises(_raises(pair, "nixlNotFoundError")):
+        pair.a.send_notif("nobody", b"x")
+
+
+def test_a_class_kept_from_an_earlier_patch_builds_the_current_fakes_agents() -> None:
+    # the doors (fakes/doors.py): code that imported nixl_agent once reaches the fake
+    # patched in at the time of each call, as for the other fakes
+    first, second = FakeNixl(), FakeNixl()
+    with first.patch():
+        from nixl._api import nixl_agent as kept
+    with second.patch():
+        agent = kept("late")
+    assert "late" in second.agents and "late" not in first.agents
+    assert agent.name == "late"

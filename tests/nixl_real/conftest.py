@@ -18,9 +18,9 @@ import pytest
 
 from kvreg.realhw.nixl_real import run_real, tier_reason
 
+from ..helpers.nixl_pair import LENGTH, SEEDS
+
 MARKER = "kvreg_nixl_real"
-SEEDS = range(24)
-LENGTH = 40
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -20,7 +20,7 @@ import pytest
 
 from kvreg.realhw.nixl_diff import DIVERGENCES, NixlDifferential
 
-from .conftest import LENGTH, SEEDS
+from ..helpers.nixl_pair import LENGTH, SEEDS
 
 pytestmark = pytest.mark.kvreg_nixl_real
 
