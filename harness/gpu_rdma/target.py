@@ -16,8 +16,8 @@ from .options import GpuRdmaOptions
 
 if TYPE_CHECKING:
     from kvreg.harness.run.implementation import Implementation
-    from kvreg.harness.run.world import TracedWorld
     from kvreg.harness.run.target import ProcessConfig
+    from kvreg.harness.run.world import TracedWorld
     from kvreg.harness.scenario.format import Scenario
 
 __all__ = ["TARGET", "GpuRdmaTarget"]
