@@ -118,7 +118,7 @@ class Reservation:
             region = _reserve(libc, self.span)
             if region in (None, _MAP_FAILED):
                 raise _no_room(nbytes, ctypes.get_errno())
-            # a guard page before the buffer too: an aligned region would else abut the mapping below
+            # a guard page below the buffer too: an aligned region would abut the mapping below
             start = ((region + PAGE + align - 1) & ~(align - 1)) + lead
             got = libc.mmap(start, self.mapped, _PROT_RW,
                             _MAP_SHARED | _MAP_FIXED | _MAP_NORESERVE, fd, 0)
