@@ -40,11 +40,11 @@ CAUGHT = [
     # NIXL raises instead of returning a code: the exception swallowed is the dropped failure
     ("nixl_swallows", "gpu_rdma/nixl_faults/first-register-fails",
      "registration-failure-dropped",
-     "prefill: register_memory([k0, v0, k1, v1, ... (8 descriptors)], VRAM) raised "
-     "NIXL_ERR_BACKEND and register returned normally (the exception was swallowed)"),
+     "prefill: register_memory([kv0, kv1, kv2, kv3], VRAM) raised NIXL_ERR_BACKEND and "
+     "register returned normally (the exception was swallowed)"),
     ("nixl_no_rollback", "gpu_rdma/nixl_faults/third-register-fails", "not-rolled-back",
      "register raised nixlNotFoundError: NIXL_ERR_NOT_FOUND with no rollback: still "
-     "registered k0, v0"),
+     "registered kv0, kv1"),
     ("nixl_never_deregisters", "gpu_rdma/nixl_mla/per-layer-blocks", "leak",
      "63 descriptor(s) are still registered with the agent"),
     # a second round deregisters lists released already: NOT_FOUND, nothing released
@@ -85,10 +85,10 @@ def test_a_swallowed_failure_names_the_call_that_raised_at_the_transfer() -> Non
     found = [v.message for v in run("nixl_swallows",
                                     "gpu_rdma/nixl_faults/first-register-fails").violations
              if v.rule == "transfer-unregistered"]
-    assert len(found) == 8
-    assert "prefill's k0+0x0 (32768 bytes) is in no registered descriptor; register_memory(" \
-        "[k0, v0, k1, v1, ... (8 descriptors)], VRAM) (seq 0) named it and raised " \
-        "NIXL_ERR_BACKEND" in found[0]
+    # one per latent (18 KiB pages: 16 tokens x 576 x bf16)
+    assert len(found) == 4
+    assert "prefill's kv0+0x0 (18432 bytes) is in no registered descriptor; register_memory(" \
+        "[kv0, kv1, kv2, kv3], VRAM) (seq 0) named it and raised NIXL_ERR_BACKEND" in found[0]
 
 
 def test_a_refused_vram_registration_poisons_the_agents_metadata() -> None:
