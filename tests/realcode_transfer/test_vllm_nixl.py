@@ -5,7 +5,7 @@ docs/real-code-trials.md §11): the layers' storages grouped by memory type (``D
 tensors, else the platform's, ``VRAM``), then per type, in sorted order, one
 ``get_reg_descs([(base, len, devID, "")...], mem_type)`` and one ``register_memory(descs,
 backends=["UCX"])``, nothing caught (lines 1858-1872); mixed memory types only for MLA models
-(line 1853); ``unregister_kv_caches`` one ``deregister_memory`` per list, marking them released
+(line 1854); ``unregister_kv_caches`` one ``deregister_memory`` per list, marking them released
 only when all succeeded (line 1951). The agent's answers: docs/nixl.md §3.
 """
 
