@@ -140,9 +140,15 @@ def _main(argv: Sequence[str]) -> int:
     parser.add_argument("--length", type=int, default=40)
     parser.add_argument("--case", choices=sorted(CASES))
     opts = parser.parse_args(list(argv))
+    import importlib
     import logging
     logging.disable(logging.CRITICAL)       # the wheel logs every refused call at ERROR
-    import nixl._api as api
+    try:
+        api = importlib.import_module("nixl._api")
+    except ImportError:
+        # the meta package picks CUDA 13 once cuda.bindings 13 is imported (docs/nixl.md §1);
+        # its nixl._api is nixl_cu12._api on this machine anyway
+        api = importlib.import_module("nixl_cu12._api")
 
     if opts.case:
         import ctypes

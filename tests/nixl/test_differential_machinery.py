@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kvreg.fakes.nixl import FakeNixl, agent
+from kvreg.fakes.nixl import FakeNixl, agent, sections
 from kvreg.fakes.nixl.api import nixl_agent_config
 from kvreg.realhw.nixl_diff import NixlDifferential, generate, make_side, plain, run_side
 
@@ -50,7 +50,7 @@ def test_a_fake_that_looks_registrations_up_otherwise_is_caught(
     real = {seed: _results("ucx-host", seed) for seed in SEEDS}
 
     def anywhere(ranges: Any, descs: Any) -> bool:
-        return bool(descs) and all(any(agent.covers(r, d) for r in ranges) for d in descs)
+        return bool(descs) and all(any(sections.covers(r, d) for r in ranges) for d in descs)
 
     monkeypatch.setattr(agent, "populate", anywhere)
     diff = NixlDifferential("ucx-host")
