@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvreg.fakes.nixl.agent import covered
 from kvreg.fakes.nixl.bindings import nixl_status_t, status_name
+from kvreg.fakes.nixl.sections import covered
 from kvreg.fakes.recorder import TraceEntry
 from kvreg.harness.run.endstate import exc_text
 from kvreg.harness.run.result import Violation

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvreg.fakes.nixl import NixlError, nixl_mem_t, nixl_status_t
-from kvreg.fakes.nixl.agent import covered
+from kvreg.fakes.nixl.sections import covered
 
 from .buffers import KvBuffer
 from .selection import deciding_pages
