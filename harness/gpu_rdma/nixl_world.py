@@ -22,7 +22,7 @@ from kvreg.harness.run.result import Violation
 from kvreg.harness.run.world import TracedWorld, next_seq
 
 from . import styles
-from .layout import KvLayout, allocate
+from .layout import KvLayout, allocate, ready
 from .nixl_checks import NixlNodeRun, NxRecord, check_nixl_run, nixl_warnings
 from .nixl_transfers import exchange_metadata, write_pages
 from .options import NODES, GpuRdmaOptions
@@ -46,12 +46,11 @@ class NixlNode:
 
 
 def _build_nodes(sc: Scenario, opts: GpuRdmaOptions, fake: FakeMooncake) -> list[NixlNode]:
-    from .world import _ready  # the engine world's GPU bring-up
     geometry = sc.geometry()
     nodes: list[NixlNode] = []
     for name in NODES:
         cuda = FakeCuda(opts.device_profile())
-        drv = _ready(cuda)
+        drv = ready(cuda)
         host = fake.node(name)
         host.attach_gpu(cuda.gpu_memory())
         layout = allocate(drv, host, geometry, opts)
