@@ -57,6 +57,10 @@ CAUGHT = [
      "the real agent dies (SIGSEGV"),
     ("nixl_forgets_aux", "gpu_rdma/nixl_host_aux/many-aux", "buffer-not-registered",
      "prefill: aux0 (aux, DRAM, 0x"),
+    # host memory registered as VRAM: UCX finds no device allocation behind it
+    ("nixl_all_vram", "gpu_rdma/nixl_mha_per_layer/per-layer", "unexpected-error",
+     "prefill: register raised nixlBackendError: NIXL_ERR_BACKEND after register_memory([k0, "
+     "v0, k1, v1, ... (10 descriptors)], VRAM) raised NIXL_ERR_BACKEND"),
 ]
 
 
@@ -68,6 +72,28 @@ def test_broken_nixl_implementation_is_caught(name: str, scenario: str, first: s
     assert result.verdict == "fail", result.trace_text
     assert result.violations[0].rule == first, [v.as_dict() for v in result.violations]
     assert words in result.violations[0].message, result.violations[0].message
+
+
+def test_a_teardown_the_binding_refuses_leaks_and_is_named() -> None:
+    # deregister_memory takes the nixlRegDList register_memory returned, not tuples: the
+    # binding's TypeError (docs/nixl.md §3), nothing released
+    result = run("nixl_dereg_tuples", "gpu_rdma/nixl_mha_per_layer/kv-only")
+    assert [v.rule for v in result.violations] == ["leak", "leak", "teardown-raised",
+                                                   "teardown-raised"]
+    assert result.violations[2].message.startswith(
+        "decode: teardown round 1 raised TypeError: deregisterMem(): incompatible function "
+        "arguments")
+
+
+def test_a_once_only_teardown_is_warned_for_the_list_the_agent_refused() -> None:
+    # the first deregister_memory (decode's VRAM list) refused once; the teardown declares one
+    # round, tried every list and raised: a warning per descriptor left, not a leak
+    result = run("nixl_once_only", "gpu_rdma/nixl_faults/deregister-fails-once")
+    assert result.verdict == "pass"
+    assert [w.message.split(" stays")[0] for w in result.warnings] == [
+        f"decode: kv{i}" for i in range(4)]
+    assert "its deregister_memory in the only teardown raised NIXL_ERR_BACKEND" in \
+        result.warnings[0].message
 
 
 def test_a_forgotten_dram_buffer_fails_at_prep_xfer_dlist() -> None:
@@ -108,7 +134,8 @@ def test_a_refused_vram_registration_poisons_the_agents_metadata() -> None:
     assert not any("prep_xfer_dlist" in line for line in lines)
 
 
-CORRECT = ["nixl_per_kind", "nixl_per_group", "nixl_per_buffer", "nixl_cached_descs", ""]
+CORRECT = ["nixl_per_kind", "nixl_per_group", "nixl_per_buffer", "nixl_cached_descs",
+           "nixl_once_only", ""]
 
 
 @pytest.mark.parametrize("name", CORRECT, ids=[n or "reference" for n in CORRECT])
