@@ -41,6 +41,7 @@ OFFSETS = (0, 8, 64, 4096, 8192, 32768)
 REG_SIZES = (0, 1, 64, 4096, 8192, 32768)
 XFER_SIZES = (0, 1, 8, 100, 4096)
 DEVS = (0, 0, 0, 0, 1)
+UNSETTLED = "unsettled"   # the digest once an overlapping loopback copy ran (docs/nixl.md §7)
 POLL_S = 0.002
 POLLS = 5000
 
@@ -57,6 +58,8 @@ class NixlSide:
     regs: list[Any] = field(default_factory=list)          # returned nixlRegDLists
     prepped: list[Any] = field(default_factory=list)       # prep_xfer_dlist handles
     kept: list[Any] = field(default_factory=list)          # unposted transfer handles
+    spans: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # id() -> ranges
+    unsettled: bool = False     # an overlapping copy ran: bytes are no longer compared
     results: list[Any] = field(default_factory=list)
 
     def agent(self, who: str) -> Any:
@@ -68,6 +71,7 @@ class NixlSide:
         self.regs.clear()
         self.prepped.clear()
         self.kept.clear()
+        self.spans.clear()
 
     def ptr(self, who: str, off: int) -> int:
         return int((self.abuf if who == "a" else self.bbuf).ctypes.data) + off
@@ -161,15 +165,30 @@ def _error(exc: BaseException) -> tuple[str, str, str]:
     return ("raise", type(exc).__name__, text)
 
 
+def _overlap(local: Sequence[tuple[int, int]], remote: Sequence[tuple[int, int]]) -> bool:
+    """Whether a copy between these (address, length) pairs overlaps itself: a destination
+    meets a source or another destination (possible only in loopback)."""
+    spans = [(a, a + n) for a, n in (*local, *remote) if n]
+    return any(x[0] < y[1] and y[0] < x[1] for i, x in enumerate(spans)
+               for y in spans[i + 1:])
+
+
 def _digest(side: NixlSide) -> str:
+    if side.unsettled:
+        return UNSETTLED
     h = hashlib.sha256(side.abuf.tobytes())
     h.update(side.bbuf.tobytes())
     return h.hexdigest()[:12]
 
 
 def _finish(side: NixlSide, handle: Any) -> str:
-    """Post, then poll to an end state (the real ``transfer()`` may answer "PROC")."""
+    """Post, then poll to an end state (the real ``transfer()`` may answer "PROC"); a copy
+    that overlaps itself leaves the buffers unsettled for the rest of the sequence."""
+    spans = side.spans.get(id(handle), [])
+    half = len(spans) // 2
     state = str(side.a.transfer(handle))
+    if _overlap(spans[:half], spans[half:]):
+        side.unsettled = True
     for _ in range(POLLS):
         if state != "PROC":
             break
@@ -214,6 +233,11 @@ def _xfer_lists(side: NixlSide, target: str,
     return side.a.get_xfer_descs(local, "DRAM"), side.a.get_xfer_descs(remote, "DRAM")
 
 
+def _pairs(dlist: Any) -> list[tuple[int, int]]:
+    """A transfer list's (address, length) pairs."""
+    return [(int(dlist[i][0]), int(dlist[i][1])) for i in range(dlist.descCount())]
+
+
 def _rows(dlist: Any) -> list[tuple[int, int, int]]:
     """A real descriptor list's (addr, len, devID) rows."""
     return [tuple(dlist[i][:3]) for i in range(dlist.descCount())]
@@ -250,6 +274,7 @@ def _xfer(side: NixlSide, op: Op) -> Any:
         rd = a.get_xfer_descs([(side.ptr("b", first[1]), first[2] + 1, 0)] +
                               [rd[i] for i in range(1, rd.descCount())], "DRAM")
     handle = a.initialize_xfer(kind, ld, rd, side.name(target))
+    side.spans[id(handle)] = _pairs(ld) + _pairs(rd)
     if op.name == "keep":
         side.kept.append(handle)
         return ("kept", len(side.kept) - 1)
@@ -261,7 +286,8 @@ def _xfer(side: NixlSide, op: Op) -> Any:
 def _post(side: NixlSide, op: Op) -> Any:
     if not side.kept:
         return ("none",)
-    return ("done", _finish(side, side.kept[op.args[0] % len(side.kept)]), _digest(side))
+    handle = side.kept[op.args[0] % len(side.kept)]
+    return ("done", _finish(side, handle), _digest(side))
 
 
 def _prep(side: NixlSide, op: Op) -> Any:
@@ -270,7 +296,9 @@ def _prep(side: NixlSide, op: Op) -> Any:
     peer = "a" if target in ("local", "a") else "b"
     descs = [(side.ptr(peer, o), n, d) for o, n, d in entries]
     name = "" if target == "local" else side.name(target)
-    side.prepped.append(a.prep_xfer_dlist(name, descs if descs else _empty(a), "DRAM"))
+    handle = a.prep_xfer_dlist(name, descs if descs else _empty(a), "DRAM")
+    side.spans[id(handle)] = [(p, n) for p, n, _ in descs]
+    side.prepped.append(handle)
     return ("ok", len(side.prepped) - 1)
 
 
@@ -280,6 +308,8 @@ def _make(side: NixlSide, op: Op) -> Any:
         return ("none",)
     lh, rh = side.prepped[li % len(side.prepped)], side.prepped[ri % len(side.prepped)]
     handle = side.a.make_prepped_xfer(kind, lh, list(idx), rh, list(idx))
+    side.spans[id(handle)] = [side.spans[id(lh)][i] for i in idx] + \
+        [side.spans[id(rh)][i] for i in idx]
     if not post:
         handle.release()
         return ("made",)

@@ -227,8 +227,15 @@ class nixlAgent:
         regs: dict[int, list[Range]] = {int(m): [(int(r[0]), int(r[1]), int(r[2])) for r in rs]
                                         for m, rs in body["regs"].items()}
         epoch = self._epochs.setdefault(name, 0)
-        # loading the same agent again replaces its view; handles made before stay valid
-        # (checked: a post after a reload is DONE) [OBS-local]
+        # loading the same agent again adds what it registers now to the view and drops
+        # nothing: a region it deregistered stays in the view until remove_remote_agent;
+        # handles made before stay valid (a post after a reload is DONE) [OBS-local]
+        old = self.remotes.get(name)
+        if old is not None:
+            for mem, rs in old.regs.items():
+                merged = list(rs)
+                merged += [r for r in regs.get(mem, []) if r not in rs]
+                regs[mem] = merged
         self.remotes[name] = Remote(name, regs, epoch)
         return name.encode()
 

@@ -25,7 +25,7 @@ from ..verbs.fabric import Fabric, Node
 from ..verbs.modules import door_modules, patch_modules
 from . import api, bindings
 from .agent import Xfer, nixlAgent, populate
-from .errors import point_name
+from .errors import NIXL_POINTS, point_name
 from .profiles import NixlProfile, get_nixl_profile
 
 __all__ = ["FakeNixl", "LiveRegistration"]
@@ -101,7 +101,9 @@ class FakeNixl:
         """Arm a fault: ``fake.inject("register_memory", error="NIXL_ERR_BACKEND")``."""
         point = api_name if "." in api_name or api_name == "*" else f"nixl.{api_name}"
         if error is None and "raise_" not in kwargs and "delay" not in kwargs:
-            error = int(bindings.nixl_status_t.NIXL_ERR_BACKEND)
+            # the backend's failure where the call can report one, else its first status
+            codes = NIXL_POINTS.get(point) or frozenset({-3})
+            error = -3 if -3 in codes else max(codes)
         return self.faults.arm(point, error=error, nth=nth, **kwargs)
 
     def check_fault(self, point: str, face: str, api_name: str,

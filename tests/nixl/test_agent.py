@@ -377,6 +377,9 @@ def test_calls_are_traced_and_faults_raise_the_statuses_exception(pair: Pair) ->
     assert len(pair.fake.live()) == 1
     with pytest.raises(FaultPlanError, match="cannot return"):
         pair.fake.inject("transfer", error="NIXL_ERR_MISMATCH")
+    pair.fake.inject("add_remote_agent")               # its own default status
+    with pytest.raises(_raises(pair, "nixlInvalidParamError")):
+        pair.a.add_remote_agent(pair.b.get_agent_metadata())
 
 
 def test_leak_report_names_what_is_still_registered(pair: Pair) -> None:
@@ -412,3 +415,21 @@ def test_a_class_kept_from_an_earlier_patch_builds_the_current_fakes_agents() ->
         agent = kept("late")
     assert "late" in second.agents and "late" not in first.agents
     assert agent.name == "late"
+
+
+def test_reloading_metadata_adds_and_never_drops(pair: Pair) -> None:
+    # [OBS-local] docs/nixl.md §3.3: a region the peer deregistered stays in the initiator's
+    # view across reloads, until remove_remote_agent
+    a, b, pb = pair.a, pair.b, pair.pb
+    a.register_memory([(pair.pa, 8 * KiB, 0, "")], "DRAM")
+    first = b.register_memory([(pb, 4 * KiB, 0, "")], "DRAM")
+    a.add_remote_agent(b.get_agent_metadata())
+    b.deregister_memory(first)
+    b.register_memory([(pb + 20 * KiB, 4 * KiB, 0, "")], "DRAM")
+    a.add_remote_agent(b.get_agent_metadata())
+    for addr in (pb, pb + 20 * KiB):
+        a.release_dlist_handle(a.prep_xfer_dlist("B", [(addr, 8, 0)], "DRAM"))
+    a.remove_remote_agent("B")
+    a.add_remote_agent(b.get_agent_metadata())
+    with pytest.raises(_raises(pair, "nixlNotFoundError")):
+        a.prep_xfer_dlist("B", [(pb, 8, 0)], "DRAM")
