@@ -22,7 +22,14 @@ from kvreg.fakes.nixl.sections import covered
 from kvreg.fakes.recorder import TraceEntry
 from kvreg.harness.run.endstate import exc_text
 from kvreg.harness.run.result import Violation
-from kvreg.harness.run.rules import ORDER_RELEASE, ORDER_TEARDOWN, ORDER_TRANSFER, WARNING, rule
+from kvreg.harness.run.rules import (
+    ORDER_RELEASE,
+    ORDER_TEARDOWN,
+    ORDER_TRANSFER,
+    VIOLATION,
+    WARNING,
+    rule,
+)
 
 from .buffers import KvBuffer
 from .checks import DOC, TARGET  # the engine's checks declare the rules first
@@ -73,7 +80,7 @@ class NxRecord:
     repeatable: bool = True
 
 
-def _nixl(name: str, emits: str = "violation") -> Callable[[Check], Check]:
+def _nixl(name: str, emits: str = VIOLATION) -> Callable[[Check], Check]:
     """Declare a NIXL reading of the target's rule ``name``: in the registry (for the
     tables and the docs) finding nothing in an engine's record, and in :data:`_CHECKS`."""
     def wrap(fn: Check) -> Check:
@@ -333,7 +340,7 @@ def _run(r: NxRecord, emits: str) -> list[Violation]:
 
 def check_nixl_run(r: NxRecord) -> list[Violation]:
     """Every NIXL reading of the target's rules, first finding first."""
-    return _run(r, "violation")
+    return _run(r, VIOLATION)
 
 
 def nixl_warnings(r: NxRecord) -> list[Violation]:

@@ -124,6 +124,12 @@ def validate_options(options: Mapping[str, Any]) -> list[str]:
                          ("transport", TRANSPORTS)):
         if key in options and options[key] not in allowed:
             problems.append(f"{key} = one of {list(allowed)} (got {options[key]!r})")
+    if options.get("transport") == "nixl":
+        # UCX chooses the NICs and there is no engine version over NIXL (docs/gpu-rdma.md §6)
+        problems += [f"{k} applies to transport = 'mooncake' only (UCX chooses the NICs "
+                     "under NIXL)" if k == "nics" else
+                     f"{k} applies to transport = 'mooncake' only"
+                     for k in ("nics", "engine", *_SWITCHES) if k in options]
     for key in _BOOLS:
         if key in options and not isinstance(options[key], bool):
             problems.append(f"{key} = true or false (got {options[key]!r})")

@@ -173,6 +173,11 @@ def test_the_transport_option_is_checked() -> None:
     assert validate_options({"transport": "ucx"}) == [
         "transport = one of ['mooncake', 'nixl'] (got 'ucx')"]
     assert validate_options({"transport": "nixl"}) == []
+    # the engine's own options mean nothing over NIXL: said, not ignored
+    assert validate_options({"transport": "nixl", "engine": "v0.3.11",
+                             "nics": {"mlx5_0": "mlx5"}}) == [
+        "nics applies to transport = 'mooncake' only (UCX chooses the NICs under NIXL)",
+        "engine applies to transport = 'mooncake' only"]
 
 
 def test_fakes_on_one_fabric_with_peers_move_dram_between_nodes() -> None:
