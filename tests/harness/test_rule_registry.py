@@ -177,6 +177,29 @@ def test_a_rule_is_declared_once(scratch: None) -> None:
         rule("t-once", "t-also", target="t", doc="scenarios/FORMAT.md")
 
 
+def test_a_declaring_module_executed_again_changes_nothing(scratch: None) -> None:
+    """pytester's in-process runs drop from sys.modules what they imported; a target's
+    checks module imported again declares its rules as before and must neither raise nor
+    add a second function reporting every finding twice."""
+    def declaring_module() -> None:
+        @rule("t-again", target="t", doc="scenarios/FORMAT.md", summary="a rule whose "
+              "module runs twice", site=SITE_END)
+        def check_again(ctx: list[str]) -> list[Violation]:
+            return [Violation("t-again", ctx[0], 3)]
+
+        @rule("t-after", target="t", doc="scenarios/FORMAT.md", summary="declared after it",
+              site=SITE_END)
+        def check_after(ctx: list[str]) -> list[Violation]:
+            return [Violation("t-after", ctx[0], 3)]
+
+    declaring_module()
+    declaring_module()
+    assert [v.rule for v in run_rules("t", VIOLATION, ["m"])] == ["t-again", "t-after"]
+    with pytest.raises(ValueError, match="declared already"):
+        rule("t-again", target="t", doc="scenarios/FORMAT.md", summary="other words",
+             site=SITE_END)
+
+
 def test_format_md_rules_table_is_current() -> None:
     text = (ROOT / "scenarios" / "FORMAT.md").read_text()
     assert registry.current_table(text) == registry.markdown(), (
