@@ -105,7 +105,7 @@ class TcpTransport:
 
 class RdmaTransport(TcpTransport):
     """rdma: one MR per device (rolled back when one fails: -202 ERR_CONTEXT, §8.2), then
-    published with their keys; device memory through nvidia-peermem or a dma-buf (§8.6)."""
+    published with their keys; device memory through nvidia-peermem or a dma-buf (§8.9)."""
 
     name = "rdma"
 
@@ -121,7 +121,7 @@ class RdmaTransport(TcpTransport):
         self.dmabuf_export = dmabuf_export
 
     def _reg_one(self, nic: Nic, addr: int, length: int) -> MrRecord | int:
-        """One NIC's MR: ibv_reg_mr, or on the dma-buf path for device memory (§8.6)."""
+        """One NIC's MR: ibv_reg_mr, or on the dma-buf path for device memory (§8.9)."""
         gpu = nic.node.gpu
         if self.gpu_registration == "dmabuf" and isinstance(gpu, GpuMemory) and \
                 gpu.owns(addr):

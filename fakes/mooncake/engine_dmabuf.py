@@ -1,5 +1,5 @@
 """The engine's dma-buf path: how Mooncake built with CUDA registers device memory when it is
-not told nvidia-peermem is there (docs/mooncake-verbs.md §8.6).
+not told nvidia-peermem is there (docs/mooncake-verbs.md §8.9).
 
 ``RdmaContext::registerMemoryRegionInternal`` (``rdma_context.cpp``) asks the driver which
 allocation holds the address, exports a dma-buf over it with ``cuMemGetHandleForAddressRange``

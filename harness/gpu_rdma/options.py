@@ -16,7 +16,7 @@ Options, all optional (docs/gpu-rdma.md §2):
   ``ibv_reg_mr`` on the device pointer) or ``dmabuf`` (a CUDA build without
   nvidia-peermem: ``cuMemGetHandleForAddressRange`` + ``ibv_reg_dmabuf_mr``); ``dmabuf_export``
   what it exports: ``allocation`` (default, v0.3.11 on), ``range_size`` (before #2035) or
-  ``covering`` (#3538) (docs/mooncake-verbs.md §8.6)
+  ``covering`` (#3538) (docs/mooncake-verbs.md §8.9)
 - ``allocator``: ``cudaMalloc`` (one block per buffer, as SGLang's pools), ``one_block``
   (every KV buffer a view into one cudaMalloc block: interior pointers, Mooncake #2035) or
   ``expandable_segments`` (PyTorch's VMM segments in 20 MiB mappings, Mooncake #2511)

@@ -1,4 +1,4 @@
-"""The engine's dma-buf path for device memory (docs/mooncake-verbs.md §8.6, docs/gpu-rdma.md
+"""The engine's dma-buf path for device memory (docs/mooncake-verbs.md §8.9, docs/gpu-rdma.md
 §2): what Mooncake's ``RdmaContext::registerMemoryRegionInternal`` exports in each version and
 the -202 it returns, on the fake driver and NIC; then the catalog's #2035 / #2511 scenarios
 with a broken and a correct implementation."""
