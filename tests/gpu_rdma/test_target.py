@@ -185,7 +185,7 @@ def test_the_cli_runs_the_catalog_with_the_style() -> None:
                    f"{spec}:teardown", "--style", "mooncake_engine", "-j", "1")
     scenarios = run.scenarios()
     assert run.returncode == 0, run.stderr
-    assert len(scenarios) == 21 and {s["verdict"] for s in scenarios.values()} == {"pass"}
+    assert len(scenarios) == 24 and {s["verdict"] for s in scenarios.values()} == {"pass"}
 
 
 def test_code_imported_for_a_scenario_finds_the_fake_engine() -> None:
