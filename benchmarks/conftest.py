@@ -41,6 +41,12 @@ def _catalog_lines(impl: str) -> list[str]:
                    f"{get('isolated', 1, 'cpu_s') / get('in-process', 1, 'cpu_s'):.2f}x; "
                    f"CPU of the whole -j 1 process (torch's import and the catalog's load "
                    f"included) {get('isolated', 1, 'process_cpu_s'):.2f} s")
+        if f"{key}command:j1:wall_s:{stat}" in MEDIANS:
+            inp, j1, j2 = (get("command", 0, "wall_s"), get("command", 1, "wall_s"),
+                           get("command", 2, "wall_s"))
+            out.append(f"  {stat}, `kvreg run` start to exit: -j 1 {j1:.2f} s (target < 5 s "
+                       f"idle), --in-process {inp:.2f} s, -j 2 {j2:.2f} s; -j 1 / in-process "
+                       f"= {j1 / inp:.2f}x, -j 2 / -j 1 = {j2 / j1:.2f}x")
     return out
 
 

@@ -52,11 +52,14 @@ class LiveRegistration:
 
 
 class FakeNixl:
-    """Fake NIXL agents (``profile``: ``"ucx-cuda"``, the default, or ``"ucx-host"``)."""
+    """Fake NIXL agents (``profile``: ``"ucx-cuda"``, the default, or ``"ucx-host"``).
+    ``peers``: another FakeNixl on the same fabric (another node, its own GPU): the agents
+    of both find each other as one fake's do, and a transfer between them moves DRAM bytes
+    from one node's memory into the other's."""
 
     def __init__(self, profile: str | NixlProfile | None = None, *,
                  fabric: Fabric | None = None, node: str = "node0",
-                 gpu: GpuMemory | None = None) -> None:
+                 gpu: GpuMemory | None = None, peers: FakeNixl | None = None) -> None:
         self.profile = get_nixl_profile(profile)
         self.fabric = fabric if fabric is not None else Fabric(())
         if node not in self.fabric.nodes:
@@ -66,7 +69,9 @@ class FakeNixl:
         self.trace = self.fabric.trace
         self.trace.namers["nixl"] = point_name
         self.faults = self.fabric.faults
-        self.agents: dict[str, nixlAgent] = {}
+        if peers is not None and peers.fabric is not self.fabric:
+            raise ValueError("peers must share this fake's fabric")
+        self.agents: dict[str, nixlAgent] = peers.agents if peers is not None else {}
         self.agent_objects: list[api.nixl_agent] = []
         self._agent_class: type[api.nixl_agent] | None = None
 
@@ -115,10 +120,13 @@ class FakeNixl:
             if not populate(live, xfer.remote):
                 return "ERR"
         if bindings.nixl_mem_t.VRAM_SEG not in xfer.mems:   # device bytes are not kept
-            space = self.node.space
+            here = self.node.space
+            there = peer.fake.node.space if peer is not None else here
             for (la, n, _), (ra, _, _) in zip(xfer.local, xfer.remote, strict=True):
-                src, dst = (la, ra) if xfer.op == "WRITE" else (ra, la)
-                memory.copy(space, dst, space, src, n)
+                if xfer.op == "WRITE":
+                    memory.copy(there, ra, here, la, n)
+                else:
+                    memory.copy(here, la, there, ra, n)
         if xfer.notif and peer is not None and peer is not agent:
             peer.notifs.setdefault(agent.name, []).append(xfer.notif)
         return "DONE"

@@ -35,13 +35,14 @@ from kvreg.harness.run.limits import (
     parse_timeout,
 )
 from kvreg.harness.run.result import INTERNAL_ERROR, REPORT_REQUEST, ScenarioResult
+from kvreg.harness.run.supervisor import Supervisor
 from kvreg.harness.run.targets import user_styles
 from kvreg.harness.scenario.format import Scenario, ScenarioError, bundled_root, load_paths
 
 from .arguments import UsageError, positive_int
 from .pipes import reader_safe
 from .progress import make_reporter
-from .run_extras import add_run_extras, finish, prepare
+from .run_extras import RunPlan, add_run_extras, finish, prepare
 
 __all__ = ["EXIT_INTERNAL_ERROR", "add_parsers", "run_list", "run_run", "scenario_paths",
            "select", "summary"]
@@ -137,14 +138,14 @@ def summary(results: Sequence[ScenarioResult]) -> dict[str, int]:
 
 def _run_all(scenarios: list[Scenario], impl: Implementation, jobs: int,
              progress: TextIO | None, backend: str = "fake", limits: Limits | None = None,
-             in_process: bool = False, quiet: bool = False
-             ) -> tuple[list[ScenarioResult], bool]:
+             in_process: bool = False, quiet: bool = False,
+             supervisor: Supervisor | None = None) -> tuple[list[ScenarioResult], bool]:
     """Every scenario's result in selection order, and whether Ctrl-C stopped the run;
     how far it got goes to ``progress`` (:mod:`.progress`; None: nowhere)."""
     reporter = make_reporter(progress or sys.stderr, len(scenarios),
                              quiet=quiet or progress is None)
     run = run_catalog(scenarios, impl, jobs=jobs, limits=limits, backend=backend,
-                      in_process=in_process, tick=reporter.tick)
+                      in_process=in_process, tick=reporter.tick, supervisor=supervisor)
     reporter.close()
     return run.results, run.interrupted
 
@@ -196,6 +197,36 @@ def run_run(args: argparse.Namespace) -> int:
         plan = prepare(args)       # output paths and the baseline, before any work
         impl = make_implementation(args.impl, args.teardown, args.style, base=Path.cwd())
         impl.pinning = args.pinning
+    except (ImplementationError, ScenarioError, UsageError) as exc:
+        print(f"kvreg run: error: {exc}", file=sys.stderr)
+        return 2
+    early = _early_supervisor(args, impl)
+    try:
+        return _run_planned(args, plan, impl, early)
+    finally:
+        if early is not None:
+            early.close()
+
+
+def _early_supervisor(args: argparse.Namespace, impl: Implementation) -> Supervisor | None:
+    """A supervised run's workers, started before the scenarios are loaded: they import
+    torch meanwhile (:meth:`Supervisor.start_early`). None for ``--in-process`` and for the
+    real backend (one GPU run at a time, started as before)."""
+    if args.in_process or args.backend != "fake":
+        return None
+    supervisor = Supervisor(impl, backend=args.backend, limits=_limits(args),
+                            jobs=max(args.jobs, 1))
+    supervisor.start_early()
+    return supervisor
+
+
+def _limits(args: argparse.Namespace) -> Limits:
+    return Limits(timeout=args.timeout, memory=args.memory_limit)
+
+
+def _run_planned(args: argparse.Namespace, plan: RunPlan, impl: Implementation,
+                 early: Supervisor | None) -> int:
+    try:
         scenarios = plan.select(select(load_paths(scenario_paths(args.paths)), args.keyword))
     except (ImplementationError, ScenarioError, UsageError) as exc:
         print(f"kvreg run: error: {exc}", file=sys.stderr)
@@ -217,9 +248,9 @@ def run_run(args: argparse.Namespace) -> int:
               f"-j {args.jobs} needs worker processes", file=sys.stderr)
         return 2
     jobs = 1 if args.backend == "cuda" else max(args.jobs, 1)   # one GPU, one run at a time
-    limits = Limits(timeout=args.timeout, memory=args.memory_limit)
-    results, interrupted = _run_all(scenarios, impl, jobs, sys.stderr, args.backend, limits,
-                                    args.in_process, quiet=args.quiet)
+    results, interrupted = _run_all(scenarios, impl, jobs, sys.stderr, args.backend,
+                                    _limits(args), args.in_process, quiet=args.quiet,
+                                    supervisor=early)
     counts = summary(results)
     advice = hints(results, pinning=args.pinning, style=impl.style)
     doc = {"summary": counts, "contract": impl.contract.as_dict(),

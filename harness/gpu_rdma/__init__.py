@@ -8,7 +8,6 @@ The files every target has: ``target`` (the Target), ``options`` (the ``gpu_rdma
 engines allocate it).
 """
 
-# the implementation styles this target runs (import-light: see harness/cuda/__init__.py);
-# a ``nixl`` style takes the same KvBuffers (each entry's kind VRAM/DRAM and device) and an
-# agent instead of the engine
-STYLES = ("mooncake_engine",)
+# the implementation styles this target runs (import-light: see harness/cuda/__init__.py):
+# the engine's, and ``nixl`` (the same KvBuffers with a NIXL agent instead of the engine)
+STYLES = ("mooncake_engine", "nixl")

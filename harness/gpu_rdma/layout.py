@@ -22,11 +22,12 @@ from kvreg.fakes.address_space import Allocation
 from kvreg.fakes.device_bytes import SparseBytes
 from kvreg.fakes.dtypes import as_dtype
 from kvreg.fakes.verbs.node import Node
+from kvreg.harness.run.target import CannotRun
 
 from .buffers import KvBuffer, KvBuffers, make_buffers
 from .options import GpuRdmaOptions
 
-__all__ = ["SEGMENT_MAPPING", "KvLayout", "LayoutError", "allocate", "kv_shapes"]
+__all__ = ["SEGMENT_MAPPING", "KvLayout", "LayoutError", "allocate", "kv_shapes", "ready"]
 
 SEGMENT_MAPPING = 20 << 20     # PyTorch's expandable segment granule (Mooncake #2511)
 _TORCH_ROUND = 512             # the caching allocator's rounding of a block
@@ -148,3 +149,15 @@ def allocate(drv: Any, node: Node, geometry: Any, opts: GpuRdmaOptions, *,
         else:
             node.space.add(Allocation(base, size, name, "virtual"))
     return KvLayout(make_buffers(entries, items, gpu_id=0), ranges)
+
+
+def ready(cuda: Any) -> Any:
+    """The fake GPU's driver face after cuInit, the primary context current
+    (docs/cuda-runtime.md §13.1): what :func:`allocate` allocates through."""
+    drv = cuda.driver_api
+    if int(drv.cuInit(0)[0]) != 0:
+        raise CannotRun(f"the fake GPU of profile {cuda.profile.name} has no usable device")
+    err, ctx = drv.cuDevicePrimaryCtxRetain(0)
+    if int(err) != 0 or int(drv.cuCtxSetCurrent(ctx)[0]) != 0:
+        raise CannotRun(f"the fake GPU of profile {cuda.profile.name} has no context")
+    return drv

@@ -25,6 +25,10 @@ Options, all optional (docs/gpu-rdma.md §2):
 - ``aux`` / ``aux_bytes`` / ``aux_item``: host aux buffers (default 2 of 64 KiB, 64 B items)
 - ``state`` / ``state_bytes``: GPU state buffers (default none, 8 MiB each)
 - ``transfers``: the transfers step writes pages prefill -> decode (default true)
+- ``transport``: what the nodes register with: ``mooncake`` (default: an initialized Transfer
+  Engine, the ``mooncake_engine`` style) or ``nixl`` (a NIXL agent with the UCX backend per
+  node, the ``nixl`` style; docs/gpu-rdma.md §6). The scenario chooses, since its faults and
+  expectations are one transport's; a style of the other transport skips it
 """
 
 from __future__ import annotations
@@ -44,11 +48,12 @@ if TYPE_CHECKING:
     from kvreg.fakes.mooncake.profiles import StoreProfile
     from kvreg.harness.scenario.format import Scenario
 
-__all__ = ["ALLOCATORS", "ENGINES", "NODES", "GpuRdmaOptions", "process_config",
+__all__ = ["ALLOCATORS", "ENGINES", "NODES", "TRANSPORTS", "GpuRdmaOptions", "process_config",
            "validate_options"]
 
 ALLOCATORS = ("cudaMalloc", "one_block", "expandable_segments")
 ENGINES = ("v0.3.13", "v0.3.11")
+TRANSPORTS = ("mooncake", "nixl")
 # the nodes of every scenario, in registration order: prefill writes into decode
 NODES = ("prefill", "decode")
 # the engine switches a scenario may set one by one -> the StoreProfile field
@@ -58,7 +63,7 @@ _SWITCHES = {"batch_validates": "engine_batch_validates",
 _BOOLS = ("peermem", "vmm_gdr", "transfers", *_SWITCHES)
 _COUNTS = ("aux", "state")
 _BYTES = ("bar1", "aux_bytes", "aux_item", "state_bytes")
-_CHOICES = {"engine": ENGINES, "allocator": ALLOCATORS,
+_CHOICES = {"engine": ENGINES, "allocator": ALLOCATORS, "transport": TRANSPORTS,
             "gpu_registration": GPU_REGISTRATIONS, "dmabuf_export": DMABUF_EXPORTS}
 _KNOWN = ("nics", "gpu", *_CHOICES, *_BOOLS, *_COUNTS, *_BYTES)
 
@@ -85,6 +90,7 @@ class GpuRdmaOptions:
     state: int = 0
     state_bytes: int = 8 << 20
     transfers: bool = True
+    transport: str = "mooncake"
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> GpuRdmaOptions:
@@ -132,6 +138,13 @@ def validate_options(options: Mapping[str, Any]) -> list[str]:
             problems.append(f"{key} = one of {list(allowed)} (got {options[key]!r})")
     if "dmabuf_export" in options and options.get("gpu_registration") != "dmabuf":
         problems.append('dmabuf_export needs gpu_registration = "dmabuf"')
+    if options.get("transport") == "nixl":
+        # UCX chooses the NICs and there is no engine version over NIXL (docs/gpu-rdma.md §6)
+        problems += [f"{k} applies to transport = 'mooncake' only (UCX chooses the NICs "
+                     "under NIXL)" if k == "nics" else
+                     f"{k} applies to transport = 'mooncake' only"
+                     for k in ("nics", "engine", *_SWITCHES, "gpu_registration",
+                               "dmabuf_export") if k in options]
     for key in _BOOLS:
         if key in options and not isinstance(options[key], bool):
             problems.append(f"{key} = true or false (got {options[key]!r})")

@@ -9,19 +9,23 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager, ExitStack
 from typing import TYPE_CHECKING, Any
 
+from kvreg.fakes.nixl import FakeNixl
+
 from . import options, styles, world
 from .options import GpuRdmaOptions
 
 if TYPE_CHECKING:
     from kvreg.harness.run.implementation import Implementation
     from kvreg.harness.run.target import ProcessConfig
+    from kvreg.harness.run.world import TracedWorld
     from kvreg.harness.scenario.format import Scenario
 
 __all__ = ["TARGET", "GpuRdmaTarget"]
 
 
 class GpuRdmaTarget:
-    """GPU KV buffers registered with a Mooncake Transfer Engine, judged by its checks."""
+    """GPU KV buffers registered with a Mooncake Transfer Engine or a NIXL agent, judged by
+    the target's checks."""
 
     name = "gpu_rdma"
     steps = ("register", "transfers", "teardown")
@@ -41,15 +45,17 @@ class GpuRdmaTarget:
         return options.process_config(sc)
 
     def import_scope(self, config: ProcessConfig) -> AbstractContextManager[Any]:
-        """``mooncake.engine`` and pyverbs of the prefill node of ``config``'s machine."""
+        """``mooncake.engine``, pyverbs and ``nixl._api`` of the prefill node of ``config``'s
+        machine (an implementation of either transport imports under it)."""
         gpu, nics, engine = config.machine
         fake = world.deployment(GpuRdmaOptions(gpu=gpu, nics=nics, engine=engine))
         stack = ExitStack()
         stack.enter_context(fake.patch(options.NODES[0]))
         stack.enter_context(fake.fabric.patch(options.NODES[0]))
+        stack.enter_context(FakeNixl(fabric=fake.fabric, node=options.NODES[0]).patch())
         return stack
 
-    def build(self, sc: Scenario, impl: Implementation, backend: Any) -> world.GpuRdmaWorld:
+    def build(self, sc: Scenario, impl: Implementation, backend: Any) -> TracedWorld:
         return world.build_world(sc, impl, backend)
 
 

@@ -28,7 +28,7 @@ from kvreg.harness.run.world import TracedWorld, next_seq
 from . import styles
 from .checks import GrRecord, NodeRun, Published, check_gpu_rdma_run, gpu_rdma_warnings
 from .data import compare_pages, fill_sources
-from .layout import KvLayout, LayoutError, allocate
+from .layout import KvLayout, LayoutError, allocate, ready
 from .options import NODES, GpuRdmaOptions
 from .transfers import write_pages
 
@@ -52,17 +52,6 @@ class GpuNode:
     layout: KvLayout
 
 
-def _ready(cuda: FakeCuda) -> Any:
-    """The fake's driver face after cuInit, the primary context current (§13.1)."""
-    drv = cuda.driver_api
-    if int(drv.cuInit(0)[0]) != 0:
-        raise CannotRun(f"the fake GPU of profile {cuda.profile.name} has no usable device")
-    err, ctx = drv.cuDevicePrimaryCtxRetain(0)
-    if int(err) != 0 or int(drv.cuCtxSetCurrent(ctx)[0]) != 0:
-        raise CannotRun(f"the fake GPU of profile {cuda.profile.name} has no context")
-    return drv
-
-
 def deployment(opts: GpuRdmaOptions) -> FakeMooncake:
     """The fabric of ``opts``: both nodes with the scenario's NICs, no engine yet."""
     fake = FakeMooncake(opts.engine_profile(), node=NODES[0], devices=dict(opts.nics), env={})
@@ -77,7 +66,7 @@ def _build_nodes(sc: Scenario, opts: GpuRdmaOptions, fake: FakeMooncake) -> list
     nodes = []
     for name in NODES:
         cuda = FakeCuda(opts.device_profile())
-        drv = _ready(cuda)
+        drv = ready(cuda)
         host = fake.node(name)
         host.attach_gpu(cuda.gpu_memory())
         layout = allocate(drv, host, geometry, opts, real=sc.memory == "real")
@@ -185,16 +174,24 @@ def _items(layout: KvLayout) -> list[int]:
     return [*b.kv_item_lens, *b.aux_item_lens, *b.state_item_lens]
 
 
-def build_world(sc: Scenario, impl: Implementation, backend: Any) -> GpuRdmaWorld:
-    """The world of one run; raises SkipScenario or CannotRun."""
+def build_world(sc: Scenario, impl: Implementation, backend: Any) -> TracedWorld:
+    """The world of one run (the engine's, or NIXL's for ``transport = "nixl"``); raises
+    SkipScenario or CannotRun."""
     if not styles.registers_gpu_buffers(impl):
         raise SkipScenario(f"the {impl.style} style registers host buffers; gpu_rdma "
-                           "scenarios need --style mooncake_engine")
+                           "scenarios need --style mooncake_engine or nixl")
     opts = GpuRdmaOptions.parse(sc.options)
-    why_not = impl.contract.scenario_skip_reason(sc.expect, sc.contract)
+    why_not = styles.transport_skip_reason(impl, opts.transport) or \
+        impl.contract.scenario_skip_reason(sc.expect, sc.contract)
     if why_not:
         raise SkipScenario(why_not)
     fake = deployment(opts)
+    if opts.transport == "nixl":
+        from .nixl_world import build_nixl_world
+        try:
+            return build_nixl_world(sc, impl, opts, fake)
+        except LayoutError as exc:
+            raise CannotRun(str(exc)) from exc
     try:
         nodes = _build_nodes(sc, opts, fake)
     except LayoutError as exc:

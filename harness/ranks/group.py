@@ -59,16 +59,22 @@ def _receive(rank: _Rank) -> Any:
         return None
 
 
-def _end(rank: _Rank, *, kill: bool) -> None:
-    """End ``rank``'s process: killed, or asked to leave and killed past the grace time."""
+def _end(ranks: Sequence[_Rank], *, kill: bool) -> None:
+    """End the ranks' processes: killed, or asked to leave and killed past the grace time.
+    Every rank is asked before any is waited for, so their exits overlap (one at a time,
+    a group of 8 took about a second to close: the end of every catalog run with ranks)."""
     if not kill:
-        with suppress(OSError, ValueError):
-            rank.conn.send(None)
-        rank.process.join(_GRACE_S)
-    if rank.process.is_alive():
-        rank.process.kill()
-    rank.process.join()
-    rank.conn.close()
+        for rank in ranks:
+            with suppress(OSError, ValueError):
+                rank.conn.send(None)
+        deadline = time.monotonic() + _GRACE_S
+        for rank in ranks:
+            rank.process.join(max(deadline - time.monotonic(), 0))
+    for rank in ranks:
+        if rank.process.is_alive():
+            rank.process.kill()
+        rank.process.join()
+        rank.conn.close()
 
 
 class RankGroup:
@@ -260,8 +266,7 @@ class RankGroup:
     # -- end -------------------------------------------------------------------------------
     def close(self, *, kill: bool = False) -> None:
         """End every rank: asked to leave (they leave the process group first), or killed."""
-        for rank in self._ranks:
-            _end(rank, kill=kill)
+        _end(self._ranks, kill=kill)
         self._ranks = []
 
     def __enter__(self) -> RankGroup:

@@ -44,8 +44,12 @@ class CatalogRun:
 
 def run_catalog(scenarios: Sequence[Scenario], impl: Implementation, *, jobs: int = 1,
                 limits: Limits | None = None, backend: Any = "fake", in_process: bool = False,
-                tick: Callable[[int], None] | None = None) -> CatalogRun:
+                tick: Callable[[int], None] | None = None,
+                supervisor: Supervisor | None = None) -> CatalogRun:
     """Run every scenario (supervised unless ``in_process``); never raises KeyboardInterrupt.
+
+    ``supervisor``: one made (and maybe started early) by the caller for this run; it is
+    closed here as one made here would be.
 
     After Ctrl-C, SIGINT stays ignored so that the caller can write its report in peace;
     the caller restores it (:func:`restore_sigint`) once the report is written.
@@ -55,7 +59,6 @@ def run_catalog(scenarios: Sequence[Scenario], impl: Implementation, *, jobs: in
     started: set[int] = set()
     done = 0
     interrupted = False
-    supervisor: Supervisor | None = None
     try:
         if in_process:
             for i, sc in enumerate(scenarios):
@@ -65,7 +68,8 @@ def run_catalog(scenarios: Sequence[Scenario], impl: Implementation, *, jobs: in
                 if tick is not None:
                     tick(done)
         else:
-            supervisor = Supervisor(impl, backend=backend, limits=limits, jobs=jobs)
+            if supervisor is None:
+                supervisor = Supervisor(impl, backend=backend, limits=limits, jobs=jobs)
             for i, result in supervisor.run(scenarios):
                 slots[i] = result
                 done += 1

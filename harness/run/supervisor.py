@@ -1,7 +1,8 @@
 """Supervised execution: the code under test runs in worker processes, never in the judge's.
 
 A :class:`Supervisor` keeps up to ``jobs`` workers (``multiprocessing`` processes, forked so
-they start in milliseconds with kvreg, torch and the implementation already imported),
+they start in milliseconds with kvreg, torch and the implementation already imported; or
+started early, before the scenarios are loaded, importing torch themselves meanwhile),
 sends each a scenario over a pipe and waits, with ``multiprocessing.connection.wait``, for
 its result, its death, or the time limit. Whatever the implementation does, every scenario
 gets a verdict: a worker that exits, is killed by a signal (a segfault through ctypes, the
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+import os
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -37,7 +39,7 @@ from .progress import ProgressBlock, describe_calls, read_calls
 from .result import ScenarioResult
 from .sharding import expected_cost
 from .target import ProcessConfig
-from .worker import READY, Reconfigure, worker_main
+from .worker import PRELOADED, READY, Reconfigure, worker_main
 
 if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
@@ -82,14 +84,14 @@ class Supervisor:
         self.started = 0            # workers started so far (the first ones and replacements)
 
     # -- workers ---------------------------------------------------------------------------
-    def _start(self, config: ProcessConfig) -> _Worker:
-        if not self.started:
-            preload()
+    def _fork(self, config: ProcessConfig | None) -> _Worker:
+        """A new worker of ``config``, or an early one (None: its configuration comes with
+        the first scenario it is given, :meth:`start_early`)."""
         block = self._ctx.RawValue(ProgressBlock)
         ours, theirs = self._ctx.Pipe()
         process = self._ctx.Process(target=worker_main, name="kvreg-worker", daemon=True,
                                     args=(theirs, block, self.impl, self.backend, self.limits,
-                                          config))
+                                          config), kwargs={"early": config is None})
         # frozen objects are skipped by the worker's collector: it never walks (and so never
         # copies-on-write) the pages of everything it inherited; measured: the catalog's
         # scenarios run 1.2-2x faster in a worker forked this way
@@ -99,15 +101,34 @@ class Supervisor:
         finally:
             gc.unfreeze()
         theirs.close()
-        # wait while it prepares (harness/run/process.py): that time is no scenario's; a
-        # worker that dies meanwhile is seen by its first scenario
-        with suppress(EOFError, OSError):
-            if ours.poll(self.limits.timeout):
-                ours.recv()
         self.started += 1
         worker = _Worker(process, ours, block, config=config)
         self._workers.append(worker)
         return worker
+
+    def _start(self, config: ProcessConfig) -> _Worker:
+        preload()     # imported once here, inherited by every worker forked from now on
+        worker = self._fork(config)
+        # wait while it prepares (harness/run/process.py): that time is no scenario's
+        self._wait_ready(worker)
+        return worker
+
+    def _wait_ready(self, worker: _Worker) -> None:
+        """Wait (at most the time limit) for ``worker`` to be prepared; a worker that dies
+        meanwhile is seen by its first scenario."""
+        with suppress(EOFError, OSError):
+            if worker.conn.poll(self.limits.timeout):
+                worker.conn.recv()
+
+    def start_early(self) -> None:
+        """Start ``jobs`` workers (at most one per core: more would only slow each other's
+        imports) before the scenarios are known, so that they import torch and the fakes
+        while this process still loads the scenarios (on two cores the two overlap), and
+        this process need not import torch at all. Each takes the configuration of the
+        first scenario it is given; one never given any is killed by :meth:`close`."""
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        for _ in range(min(self.jobs, cores) - len(self._workers)):
+            self._fork(None)
 
     def _retire(self, worker: _Worker, *, kill: bool) -> None:
         if kill and worker.process.is_alive():
@@ -120,7 +141,22 @@ class Supervisor:
         self._workers.remove(worker)
 
     def _switched(self, worker: _Worker, config: ProcessConfig) -> bool:
-        """Whether ``worker`` (idle) accepts to serve ``config`` from now on."""
+        """Whether ``worker`` (idle) accepts to serve ``config`` from now on (an early one
+        always does: it is prepared for it as :meth:`_start` prepares a new one)."""
+        if worker.config is None:
+            try:
+                # its imports are what this process would have done before forking: no
+                # scenario's time, so waited for without a limit (until done, or its death)
+                if worker.conn.recv() != PRELOADED:
+                    raise EOFError
+                worker.conn.send(Reconfigure(config))
+            except (EOFError, OSError, ValueError):
+                self._retire(worker, kill=True)
+                return False
+            worker.config = config
+            # then prepared for ``config`` as one forked for it is (_start)
+            self._wait_ready(worker)
+            return True
         try:
             worker.conn.send(Reconfigure(config))
             answer = worker.conn.recv() if worker.conn.poll(self.limits.timeout) else None
@@ -254,9 +290,10 @@ class Supervisor:
         return [w.job[0] for w in self._workers if w.job is not None]
 
     def close(self) -> None:
-        """Stop every worker: idle ones are asked to leave, busy ones are killed."""
+        """Stop every worker: idle ones are asked to leave, busy ones and early ones never
+        given a scenario (they may still be importing) are killed."""
         for w in list(self._workers):
-            if w.job is None:
+            if w.job is None and w.config is not None:
                 with suppress(OSError, ValueError):
                     w.conn.send(None)
                 self._retire(w, kill=False)

@@ -10,12 +10,15 @@ supervisor then starts a fresh worker, so no later scenario runs in a process th
 implementation left in an unknown state. Asked to serve another process configuration
 (:class:`Reconfigure`), a worker answers :data:`READY` when that one is the same deployment
 to the code under test (harness/run/process.py: :func:`~.process.same_deployment`), and
-:data:`DECLINED` otherwise (it then keeps serving its own).
+:data:`DECLINED` otherwise (it then keeps serving its own). A worker started before the
+selection is known (``early``: while the supervisor still loads the scenarios) imports what
+every run imports itself, and takes its configuration from the first :class:`Reconfigure`.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import gc
 import os
 import resource
 import signal
@@ -28,7 +31,7 @@ from kvreg.fakes.doors import PROCESS
 
 from .core import run_scenario
 from .implementation import Implementation
-from .lifecycle import die_with_parent
+from .lifecycle import die_with_parent, preload
 from .limits import Limits, TimeLimitExceeded
 from .process import (
     apply_config_env,
@@ -45,11 +48,12 @@ from .target import ProcessConfig
 if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
 
-__all__ = ["DECLINED", "READY", "Reconfigure", "ended_by", "run_in_process",
+__all__ = ["DECLINED", "PRELOADED", "READY", "Reconfigure", "ended_by", "run_in_process",
            "worker_main"]
 
 READY = "kvreg-worker-ready"   # what a worker sends once it can take scenarios
 DECLINED = "kvreg-worker-declined"   # another configuration is another deployment here
+PRELOADED = "kvreg-worker-preloaded"   # an early worker imported what every run imports
 
 
 @dataclass(frozen=True)
@@ -120,15 +124,7 @@ def _prepared(impl: Implementation, config: ProcessConfig) -> tuple[Implementati
     return impl, import_conflict(list(impl.import_reads), config)
 
 
-def worker_main(conn: Connection, block: Any, impl: Implementation, backend: Any,
-                limits: Limits, config: ProcessConfig | None = None) -> None:
-    """Serve scenarios until the pipe closes or a run leaves the process unfit for another.
-
-    With a ``config``, this process is one deployment of it: its environment is set and the
-    implementation imported anew before the first scenario (harness/run/process.py), and
-    the supervisor sends it only scenarios of that configuration, or of another one it
-    accepted (:class:`Reconfigure`).
-    """
+def _become_worker(early: bool) -> None:
     die_with_parent()
     # Ctrl-C in a terminal reaches the whole process group: the supervisor handles it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -136,12 +132,49 @@ def worker_main(conn: Connection, block: Any, impl: Implementation, backend: Any
     faulthandler.disable()
     # what the implementation prints must never end up in a report written to stdout
     os.dup2(2, 1)
+    if early:
+        # what the supervisor imports before it forks a worker, imported here instead while
+        # the supervisor loads the scenarios
+        preload()
+
+
+def _first_config(conn: Connection) -> ProcessConfig | None:
+    """An early worker's configuration: the supervisor's first message (None: it left),
+    asked for once what every run imports is imported (:data:`PRELOADED`)."""
+    try:
+        conn.send(PRELOADED)
+        first = conn.recv()
+    except (EOFError, OSError):
+        return None
+    return first.config if isinstance(first, Reconfigure) else None
+
+
+def worker_main(conn: Connection, block: Any, impl: Implementation, backend: Any,
+                limits: Limits, config: ProcessConfig | None = None, *,
+                early: bool = False) -> None:
+    """Serve scenarios until the pipe closes or a run leaves the process unfit for another.
+
+    With a ``config``, this process is one deployment of it: its environment is set and the
+    implementation imported anew before the first scenario (harness/run/process.py), and
+    the supervisor sends it only scenarios of that configuration, or of another one it
+    accepted (:class:`Reconfigure`). An ``early`` worker gets its ``config`` from the
+    supervisor's first message, a :class:`Reconfigure`, and is then prepared the same way.
+    """
+    _become_worker(early)
     progress = SharedProgress(block)
     read = note_env_reads()
     base = watched_values()     # what a fresh worker of any configuration starts with
     refusal = None
+    if early:
+        config = _first_config(conn)
+        if config is None:
+            return
     if config is not None:
         impl, refusal = _prepared(impl, config)
+    if early:
+        # frozen, as the supervisor freezes what a forked worker inherits (torch, kvreg, the
+        # implementation): this process's collector never walks it
+        gc.freeze()
     try:
         conn.send(READY)   # the preparation is not the first scenario's time
     except (OSError, ValueError):

@@ -172,7 +172,7 @@ def test_its_styles_reach_the_choices_and_each_rooms_list_is_its_own(third: Any)
     from kvreg.harness.run.targets import get_target, user_styles
 
     assert user_styles() == ("sglang", "generic", "ctypes", "driver", "mooncake",
-                             "mooncake_engine")
+                             "mooncake_engine", "nixl")
     third.STYLES = ("lanes",)
     assert user_styles()[-1] == "lanes"
     for name in ("cuda", "mooncake", "gpu_rdma"):

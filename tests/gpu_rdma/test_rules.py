@@ -103,8 +103,11 @@ def test_correct_implementations_pass_the_catalog(name: str) -> None:
         if (name, scenario_id) in SKIP:
             continue
         result = run(name, scenario_id)
-        assert result.verdict == "pass", (scenario_id, [v.as_dict() for v in
-                                                        result.violations], result.reason)
+        # the nixl_* scenarios register through NIXL: the engine's style skips them, the
+        # reference runs them (tests/gpu_rdma/test_nixl_style.py)
+        want = "skip" if name and scenario_id.split("/")[1].startswith("nixl_") else "pass"
+        assert result.verdict == want, (scenario_id, [v.as_dict() for v in
+                                                      result.violations], result.reason)
 
 
 def test_a_once_only_teardown_is_warned_not_failed_for_what_it_could_not_release() -> None:

@@ -83,6 +83,10 @@ class DeviceTensor:
     def data_ptr(self) -> int:
         return self._storage.ptr + self._offset * self.element_size()
 
+    def get_device(self) -> int:
+        """The CUDA ordinal (-1 for a CPU tensor), as ``torch.Tensor.get_device``."""
+        return -1 if self.device.type == "cpu" else int(self.device.index or 0)
+
     def untyped_storage(self) -> DeviceStorage:
         return self._storage
 

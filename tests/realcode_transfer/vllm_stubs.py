@@ -128,6 +128,11 @@ class _Module(types.ModuleType):
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, extra: dict[str, dict[str, Any]] | None = None) -> None:
+        self.named = {k: dict(v) for k, v in _NAMED.items()}
+        for name, names in (extra or {}).items():
+            self.named.setdefault(name, {}).update(names)
+
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname != "vllm" and not fullname.startswith("vllm."):
             return None
@@ -136,7 +141,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec: Any) -> Any:
         module = _Module(spec.name)
         module.__path__ = []
-        module.__dict__.update(_NAMED.get(spec.name, {}))
+        module.__dict__.update(self.named.get(spec.name, {}))
         return module
 
     def exec_module(self, module: Any) -> None:
@@ -144,11 +149,12 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 @contextmanager
-def stubbed_vllm() -> Iterator[None]:
-    """``vllm.*`` answered by the stand-ins for the block; afterwards sys.modules holds no
+def stubbed_vllm(extra: dict[str, dict[str, Any]] | None = None) -> Iterator[None]:
+    """``vllm.*`` answered by the stand-ins for the block (``extra``: module -> names it
+    holds besides, e.g. another shipped file already loaded); afterwards sys.modules holds no
     ``vllm`` module it did not hold before (loaded code keeps its own references)."""
     before = {k: v for k, v in sys.modules.items() if k == "vllm" or k.startswith("vllm.")}
-    finder = _Finder()
+    finder = _Finder(extra)
     sys.meta_path.insert(0, finder)
     try:
         yield

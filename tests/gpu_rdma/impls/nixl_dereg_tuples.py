@@ -1,0 +1,19 @@
+"""Broken: register_memory takes (addr, len, devID, meta) tuples with a memory type, and so
+teardown hands deregister_memory the same tuples; the binding accepts only the
+nixlRegDList register returned (pybind11's TypeError)."""
+
+
+def register(agent, buffers):
+    rows = {}
+    for kind in ("VRAM", "DRAM"):
+        rows[kind] = [(e.ptr, e.nbytes, e.device, "") for e in buffers.entries
+                      if e.kind == kind]
+        if rows[kind]:
+            agent.register_memory(rows[kind], kind)
+    return rows
+
+
+def teardown(agent, handle):
+    for rows in handle.values():
+        if rows:
+            agent.deregister_memory(rows)
