@@ -160,6 +160,8 @@ def test_where_the_fix_applies_every_buffer_registers_and_transfers(scenario: st
     ('{ dmabuf_export = "covering" }', 'dmabuf_export needs gpu_registration = "dmabuf"'),
     ('{ gpu_registration = "dmabuf", dmabuf_export = "all" }',
      "dmabuf_export = one of ['range_size', 'allocation', 'covering']"),
+    ('{ transport = "nixl", gpu_registration = "dmabuf" }',
+     "gpu_registration applies to transport = 'mooncake' only"),
 ])
 def test_a_bad_dmabuf_option_is_one_problem(tmp_path: Path, table: str, words: str) -> None:
     path = tmp_path / "bad.toml"
