@@ -159,6 +159,22 @@ class AddressSpace:
     def add(self, alloc: Allocation) -> None:
         self._insert(alloc)
 
+    def add_device(self, base: int, store: Any, name: str) -> Allocation:
+        """Device memory with bytes (a :class:`~kvreg.fakes.device_bytes.SparseBytes`):
+        transfers over it move bytes through ``store`` (fakes/verbs/memory.py)."""
+        alloc = Allocation(base, store.size, name, "device")
+        self._insert(alloc)
+        self._objects[base] = store
+        return alloc
+
+    def device_bytes(self, ptr: int, nbytes: int) -> tuple[Any, int] | None:
+        """(store, offset) of a range wholly inside one device allocation with bytes."""
+        hit = self.owner(ptr)
+        if hit is None or hit[0].kind != "device" or ptr + nbytes > hit[0].end:
+            return None
+        store = self._objects.get(hit[0].base)
+        return (store, hit[1]) if store is not None else None
+
     # -- lookups ------------------------------------------------------------------------
     def owner(self, ptr: int) -> tuple[Allocation, int] | None:
         """The allocation holding byte ``ptr`` and the offset into it, or None."""

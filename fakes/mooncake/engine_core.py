@@ -16,8 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..cuda.device_memory import GpuMemory
 from ..verbs.errors import PyverbsRDMAError
 from ..verbs.node import MrRecord, Nic
+from .engine_dmabuf import reg_device_mr
 from .errors import TeError
 from .profiles import StoreProfile
 
@@ -28,6 +30,10 @@ INVALID = int(TeError.ERR_INVALID_ARGUMENT)
 NOT_REGISTERED = int(TeError.ERR_ADDRESS_NOT_REGISTERED)
 OVERLAPPED = int(TeError.ERR_ADDRESS_OVERLAPPED)
 CONTEXT = int(TeError.ERR_CONTEXT)
+
+
+class _ExportFailed(Exception):
+    """The dma-buf export failed (a CUresult): the engine's -202 without an MR errno."""
 
 
 @dataclass(eq=False)
@@ -99,25 +105,43 @@ class TcpTransport:
 
 class RdmaTransport(TcpTransport):
     """rdma: one MR per device (rolled back when one fails: -202 ERR_CONTEXT, §8.2), then
-    published with their keys."""
+    published with their keys; device memory through nvidia-peermem or a dma-buf (§8.9)."""
 
     name = "rdma"
 
-    def __init__(self, segment: Segment, devices: Sequence[Nic], access: int) -> None:
+    def __init__(self, segment: Segment, devices: Sequence[Nic], access: int, *,
+                 gpu_registration: str = "peermem", dmabuf_export: str = "allocation") -> None:
         super().__init__(segment)
         self.devices = list(devices)
         self.access = access
         self._pd = {nic.name: nic.new_pd_id() for nic in self.devices}
         self.last_errno: int | None = None
+        self.last_cuda_error: int | None = None
+        self.gpu_registration = gpu_registration
+        self.dmabuf_export = dmabuf_export
+
+    def _reg_one(self, nic: Nic, addr: int, length: int) -> MrRecord | int:
+        """One NIC's MR: ibv_reg_mr, or on the dma-buf path for device memory (§8.9)."""
+        gpu = nic.node.gpu
+        if self.gpu_registration == "dmabuf" and isinstance(gpu, GpuMemory) and \
+                gpu.owns(addr):
+            return reg_device_mr(nic, gpu, self._pd[nic.name], addr, length, self.access,
+                                 self.dmabuf_export)
+        return nic.reg_mr(addr, length, self.access, pd_id=self._pd[nic.name],
+                          owner="mooncake.engine")
 
     def register(self, addr: int, length: int) -> int:
         made: list[MrRecord] = []
         try:
             for nic in self.devices:
-                made.append(nic.reg_mr(addr, length, self.access, pd_id=self._pd[nic.name],
-                                       owner="mooncake.engine"))
-        except PyverbsRDMAError as exc:
-            self.last_errno = exc.error_code
+                rec = self._reg_one(nic, addr, length)
+                if isinstance(rec, int):
+                    self.last_cuda_error = rec
+                    raise _ExportFailed
+                made.append(rec)
+        except (PyverbsRDMAError, _ExportFailed) as exc:
+            if isinstance(exc, PyverbsRDMAError):
+                self.last_errno = exc.error_code
             for rec in reversed(made):
                 rec.nic.release(rec)
             return CONTEXT

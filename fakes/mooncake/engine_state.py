@@ -63,7 +63,10 @@ class EngineState:
         nics = [n for k, n in node.nics.items() if not wanted or k in wanted]
         transport: Transport
         if nics and not deployment.env().get("MC_FORCE_TCP"):
-            transport = RdmaTransport(segment, nics, _ACCESS)
+            prof = deployment.profile
+            transport = RdmaTransport(segment, nics, _ACCESS,
+                                      gpu_registration=prof.engine_gpu_registration,
+                                      dmabuf_export=prof.engine_dmabuf_export)
         else:
             transport = TcpTransport(segment)
         core = EngineCore(deployment.profile, [transport])

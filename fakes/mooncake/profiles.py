@@ -98,6 +98,13 @@ class StoreProfile:
     # #2965: a registration that fails on one transport is undone on those that succeeded,
     # and unregister tries every transport; before, the others kept the buffer published
     engine_rolls_back_transports: bool = True
+    # §8.9: how the engine registers device memory: "peermem" (ibv_reg_mr on the device
+    # pointer: built with WITH_NVIDIA_PEERMEM, or v0.3.11 on with that env var set) or
+    # "dmabuf" (a CUDA build without it: cuMemGetHandleForAddressRange + ibv_reg_dmabuf_mr)
+    engine_gpu_registration: str = "peermem"
+    # §8.9: what the dma-buf path exports: "range_size" (v0.3.10 and earlier, #2035),
+    # "allocation" (v0.3.11 on: cuMemGetAddressRange, #2511) or "covering" (#3538)
+    engine_dmabuf_export: str = "allocation"
     # §8.1 (checked on 0.3.13.post1): before initialize() most methods segfault (the engine
     # pointer is null); True makes the fake raise EngineCrash there
     engine_crashes_before_initialize: bool = True

@@ -24,7 +24,7 @@ from .errors import PyverbsError, PyverbsRDMAError, PyverbsUserError
 from .node import PAGE_SIZE, U64, MrRecord, Nic, Node
 from .pd import PD
 
-__all__ = ["DmaBuf", "DmaBufMR", "reg_dmabuf_errno"]
+__all__ = ["DmaBuf", "DmaBufMR", "reg_dmabuf", "reg_dmabuf_errno"]
 
 _F = V.ibv_access_flags
 # uverbs_std_types_mr.c UVERBS_METHOD_REG_DMABUF_MR: the access bits it accepts [DOC: kernel]
@@ -122,6 +122,30 @@ def reg_dmabuf_errno(nic: Nic, offset: int, length: int, iova: int, fd: int,
     return 0
 
 
+def reg_dmabuf(nic: Nic, pd_id: int, offset: int, length: int, iova: int, fd: int,
+               access: int, owner: str = "pyverbs") -> MrRecord:
+    """``ibv_reg_dmabuf_mr(pd, offset, length, iova, fd, access)``: an MR at ``iova`` in the
+    NIC's table, or PyverbsRDMAError with the errno of :func:`reg_dmabuf_errno` (or an
+    injected one). The MR holds its own reference: the caller may close ``fd`` after."""
+    args = (offset, length, iova, fd, access)
+    code = nic.node.fabric.check_fault("verbs.reg_mr", nic.face, "reg_dmabuf_mr", args,
+                                       nic.node)
+    code = code if code is not None else reg_dmabuf_errno(nic, offset, length, iova, fd,
+                                                            access)
+    if code:
+        nic.node.fabric.trace.append(nic.face, "reg_dmabuf_mr", args, code, None, False)
+        raise PyverbsRDMAError(f"Failed to register a dma-buf MR. length: {length}, "
+                               f"access flags: {access}", code)
+    key = nic.new_key()
+    found = dmabufs.lookup(fd)
+    host = found.host + offset - iova if isinstance(found, dmabufs.DmaBufExport) and \
+        found.host else 0
+    rec = nic.adopt(MrRecord(nic, pd_id, iova, length, access, key, key, 0, owner,
+                             dmabuf_fd=fd, host_delta=host))
+    nic.node.fabric.trace.append(nic.face, "reg_dmabuf_mr", args, 0, key, False)
+    return rec
+
+
 class DmaBufMR:
     """An MR over a dma-buf; ``buf`` is the offset, as libibverbs sets it."""
 
@@ -137,21 +161,7 @@ class DmaBufMR:
         if dmabuf is None:
             dmabuf = DmaBuf(length + offset, gpu, gtt, _node=nic.node)
         fd = dmabuf.fd if isinstance(dmabuf, DmaBuf) else int(dmabuf)
-        args = (offset, length, offset, fd, access)
-        code = nic.node.fabric.check_fault("verbs.reg_mr", nic.face, "reg_dmabuf_mr", args,
-                                           nic.node)
-        code = code if code is not None else reg_dmabuf_errno(nic, offset, length, offset, fd,
-                                                                access)
-        if code:
-            nic.node.fabric.trace.append(nic.face, "reg_dmabuf_mr", args, code, None, False)
-            raise PyverbsRDMAError(f"Failed to register a dma-buf MR. length: {length}, "
-                                   f"access flags: {access}", code)
-        key = nic.new_key()
-        found = dmabufs.lookup(fd)
-        host = found.host if isinstance(found, dmabufs.DmaBufExport) else 0
-        self._rec = nic.adopt(MrRecord(nic, pd.pd_id, offset, length, access, key, key, 0,
-                                       "pyverbs", dmabuf_fd=fd, host_delta=host))
-        nic.node.fabric.trace.append(nic.face, "reg_dmabuf_mr", args, 0, key, False)
+        self._rec = reg_dmabuf(nic, pd.pd_id, offset, length, offset, fd, access)
         self._nic, self._pd, self.dmabuf, self.offset = nic, pd, dmabuf, offset
         pd.add_ref(self)
         if isinstance(dmabuf, DmaBuf):

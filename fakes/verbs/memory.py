@@ -11,6 +11,8 @@ A range is one of four kinds in a node's :class:`~kvreg.fakes.address_space.Addr
 - ``virtual``: a virtual address (bit 60 set). Registration-only: a transfer that touches
   it passes every protection check and completes, but **no byte moves** on either side;
   the trace marks it ``data=False``.
+- ``device``: fake device memory with bytes (``space.add_device``, a sparse page store):
+  transfers read and write its pages (fakes/device_bytes.py).
 - ``untracked``: an address that is not mapped in this process (or, where ``/proc`` is
   missing, not tracked). Registering it fails as pinning fails (EFAULT); a transfer that
   touches it (memory unmapped after registration) raises :class:`UntrackedMemoryError`
@@ -28,7 +30,7 @@ from .errors import UntrackedMemoryError
 
 __all__ = ["Kind", "classify", "copy", "read", "write"]
 
-Kind = Literal["real", "process", "virtual", "untracked"]
+Kind = Literal["real", "process", "device", "virtual", "untracked"]
 
 
 def classify(space: AddressSpace, ptr: int, nbytes: int, *, write: bool = False,
@@ -38,6 +40,8 @@ def classify(space: AddressSpace, ptr: int, nbytes: int, *, write: bool = False,
     ``write``: the range must be writable to count as ``process`` memory; ``fresh``: read
     the process's mappings now rather than trust the cache (registration does).
     """
+    if space.device_bytes(ptr, nbytes) is not None:
+        return "device"
     if space.is_virtual(ptr):
         return "virtual"
     hit = space.owner(ptr)
@@ -70,8 +74,26 @@ def copy(dst_space: AddressSpace, dst: int, src_space: AddressSpace, src: int,
     require(sk, src_space, src, nbytes, "source")
     if dk == "virtual" or sk == "virtual":
         return False
-    ctypes.memmove(dst, src, nbytes)
+    if dk == "device" or sk == "device":
+        _put(dst_space, dst, _get(src_space, src, nbytes, sk), dk)
+    else:
+        ctypes.memmove(dst, src, nbytes)
     return True
+
+
+def _get(space: AddressSpace, ptr: int, nbytes: int, kind: Kind) -> bytes:
+    if kind == "device":
+        store, off = space.device_bytes(ptr, nbytes)  # type: ignore[misc]
+        return bytes(store.read(off, nbytes))
+    return ctypes.string_at(ptr, nbytes)
+
+
+def _put(space: AddressSpace, ptr: int, data: bytes, kind: Kind) -> None:
+    if kind == "device":
+        store, off = space.device_bytes(ptr, len(data))  # type: ignore[misc]
+        store.write(off, data)
+    elif data:
+        ctypes.memmove(ptr, data, len(data))
 
 
 def read(space: AddressSpace, ptr: int, nbytes: int) -> bytes | None:
@@ -82,7 +104,7 @@ def read(space: AddressSpace, ptr: int, nbytes: int) -> bytes | None:
     require(kind, space, ptr, nbytes, "source")
     if kind == "virtual":
         return None
-    return ctypes.string_at(ptr, nbytes)
+    return _get(space, ptr, nbytes, kind)
 
 
 def write(space: AddressSpace, ptr: int, data: bytes | None) -> bool:
@@ -92,6 +114,5 @@ def write(space: AddressSpace, ptr: int, data: bytes | None) -> bool:
     require(kind, space, ptr, n, "destination")
     if kind == "virtual" or data is None:
         return False
-    if data:
-        ctypes.memmove(ptr, data, len(data))
+    _put(space, ptr, data, kind)
     return True

@@ -36,7 +36,7 @@ from ..address_space import AddressSpace
 from . import enums as V
 from .cq import WC
 from .errors import NotModelledError
-from .memory import classify, require
+from .memory import classify, copy, require
 from .wr import SGE, SendWR
 
 if TYPE_CHECKING:
@@ -131,13 +131,16 @@ def _move(dst: list[Segment], src: list[Segment]) -> bool:
         require(kind, space, ptr, n, "RDMA")
     if any(kind == "virtual" for _, kind in kinds):
         return False
+    paged = any(kind == "device" for _, kind in kinds)    # bytes through the page store
     di = si = 0
     doff = soff = 0
     while di < len(dst) and si < len(src):
-        _, dptr, dlen = dst[di]
-        _, sptr, slen = src[si]
+        dspace, dptr, dlen = dst[di]
+        sspace, sptr, slen = src[si]
         n = min(dlen - doff, slen - soff)
-        if n:
+        if n and paged:
+            copy(dspace, dptr + doff, sspace, sptr + soff, n)
+        elif n:
             ctypes.memmove(dptr + doff, sptr + soff, n)
         doff += n
         soff += n

@@ -16,7 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from kvreg.fakes.address_space import Allocation
+from kvreg.fakes.device_bytes import SparseBytes
 from kvreg.fakes.dtypes import as_dtype
 from kvreg.fakes.verbs.node import Node
 from kvreg.harness.run.target import CannotRun
@@ -115,10 +118,13 @@ def _carve(drv: Any, sizes: list[int], opts: GpuRdmaOptions,
     return [va + o for o in offsets]
 
 
-def allocate(drv: Any, node: Node, geometry: Any, opts: GpuRdmaOptions) -> KvLayout:
+def allocate(drv: Any, node: Node, geometry: Any, opts: GpuRdmaOptions, *,
+             real: bool = False) -> KvLayout:
     """The node's KV (GPU), aux (host) and state (GPU) buffers; the device ranges are
     recorded as no-byte memory in the node's address space, so transfers over them pass
-    every check and move nothing (fakes/verbs/memory.py ``virtual``)."""
+    every check and move nothing (fakes/verbs/memory.py ``virtual``). ``real`` (a pool of
+    ``memory = "real"``): device ranges hold bytes in sparse pages (fakes/device_bytes.py)
+    and the aux buffers are host memory, so transfers move bytes."""
     shapes = kv_shapes(geometry)
     ranges: list[tuple[int, int]] = []
     bases = _carve(drv, [s for _, s, _ in shapes], opts, ranges)
@@ -126,7 +132,9 @@ def allocate(drv: Any, node: Node, geometry: Any, opts: GpuRdmaOptions) -> KvLay
                for (name, size, _), base in zip(shapes, bases, strict=True)]
     items: dict[str, list[int]] = {"kv": [i for _, _, i in shapes]}
     for i in range(opts.aux):
-        base = node.space.reserve(opts.aux_bytes, name=f"{node.name}:aux{i}")
+        base = node.space.track(np.zeros(opts.aux_bytes, np.uint8),
+                                name=f"{node.name}:aux{i}").base if real else \
+            node.space.reserve(opts.aux_bytes, name=f"{node.name}:aux{i}")
         entries.append(KvBuffer(f"aux{i}", base, opts.aux_bytes, "DRAM", 0, "aux"))
     items["aux"] = [opts.aux_item] * opts.aux
     for i in range(opts.state):
@@ -135,7 +143,11 @@ def allocate(drv: Any, node: Node, geometry: Any, opts: GpuRdmaOptions) -> KvLay
         entries.append(KvBuffer(f"state{i}", base, opts.state_bytes, "VRAM", 0, "state"))
     items["state"] = [opts.state_bytes] * opts.state
     for base, size in ranges:
-        node.space.add(Allocation(base, size, f"{node.name}:gpu0@{base:#x}", "virtual"))
+        name = f"{node.name}:gpu0@{base:#x}"
+        if real:
+            node.space.add_device(base, SparseBytes(size), name)
+        else:
+            node.space.add(Allocation(base, size, name, "virtual"))
     return KvLayout(make_buffers(entries, items, gpu_id=0), ranges)
 
 

@@ -12,6 +12,11 @@ Options, all optional (docs/gpu-rdma.md §2):
   ``v0.3.11`` (before v0.3.12: batch checks, batch errors and transport rollback absent);
   ``batch_validates`` / ``batch_propagates_errors`` / ``rolls_back_transports`` switch one
   each (docs/mooncake-verbs.md §8.3)
+- ``gpu_registration``: how the engine registers GPU memory: ``peermem`` (default:
+  ``ibv_reg_mr`` on the device pointer) or ``dmabuf`` (a CUDA build without
+  nvidia-peermem: ``cuMemGetHandleForAddressRange`` + ``ibv_reg_dmabuf_mr``); ``dmabuf_export``
+  what it exports: ``allocation`` (default, v0.3.11 on), ``range_size`` (before #2035) or
+  ``covering`` (#3538) (docs/mooncake-verbs.md §8.9)
 - ``allocator``: ``cudaMalloc`` (one block per buffer, as SGLang's pools), ``one_block``
   (every KV buffer a view into one cudaMalloc block: interior pointers, Mooncake #2035) or
   ``expandable_segments`` (PyTorch's VMM segments in 20 MiB mappings, Mooncake #2511)
@@ -33,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvreg.fakes.cuda.profile import PROFILES
+from kvreg.fakes.mooncake.engine_dmabuf import DMABUF_EXPORTS, GPU_REGISTRATIONS
 from kvreg.fakes.mooncake.profiles import ENGINE_BEFORE_V0_3_12, get_store_profile
 from kvreg.fakes.verbs.profiles import get_nic_profile
 from kvreg.harness.run.target import ProcessConfig
@@ -57,7 +63,9 @@ _SWITCHES = {"batch_validates": "engine_batch_validates",
 _BOOLS = ("peermem", "vmm_gdr", "transfers", *_SWITCHES)
 _COUNTS = ("aux", "state")
 _BYTES = ("bar1", "aux_bytes", "aux_item", "state_bytes")
-_KNOWN = ("nics", "gpu", "engine", "allocator", "transport", *_BOOLS, *_COUNTS, *_BYTES)
+_CHOICES = {"engine": ENGINES, "allocator": ALLOCATORS, "transport": TRANSPORTS,
+            "gpu_registration": GPU_REGISTRATIONS, "dmabuf_export": DMABUF_EXPORTS}
+_KNOWN = ("nics", "gpu", *_CHOICES, *_BOOLS, *_COUNTS, *_BYTES)
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,8 @@ class GpuRdmaOptions:
     batch_validates: bool | None = None
     batch_propagates_errors: bool | None = None
     rolls_back_transports: bool | None = None
+    gpu_registration: str = "peermem"
+    dmabuf_export: str = "allocation"
     allocator: str = "cudaMalloc"
     vmm_gdr: bool = False
     aux: int = 2
@@ -103,8 +113,11 @@ class GpuRdmaOptions:
     def engine_profile(self) -> StoreProfile:
         """The Mooncake profile whose engine_* fields are the engine version's."""
         prof = get_store_profile("v0.3.13")
-        changes: dict[str, bool] = dict(ENGINE_BEFORE_V0_3_12) if self.engine == "v0.3.11" \
+        changes: dict[str, Any] = dict(ENGINE_BEFORE_V0_3_12) if self.engine == "v0.3.11" \
             else {}
+        if self.gpu_registration != "peermem":
+            changes.update(engine_gpu_registration=self.gpu_registration,
+                           engine_dmabuf_export=self.dmabuf_export)
         for key, field_name in _SWITCHES.items():
             value = getattr(self, key)
             if value is not None:
@@ -120,16 +133,18 @@ def validate_options(options: Mapping[str, Any]) -> list[str]:
     gpu = options.get("gpu", "h200-r580")
     if gpu not in PROFILES:
         problems.append(f"gpu = one of {sorted(PROFILES)} (got {gpu!r})")
-    for key, allowed in (("engine", ENGINES), ("allocator", ALLOCATORS),
-                         ("transport", TRANSPORTS)):
+    for key, allowed in _CHOICES.items():
         if key in options and options[key] not in allowed:
             problems.append(f"{key} = one of {list(allowed)} (got {options[key]!r})")
+    if "dmabuf_export" in options and options.get("gpu_registration") != "dmabuf":
+        problems.append('dmabuf_export needs gpu_registration = "dmabuf"')
     if options.get("transport") == "nixl":
         # UCX chooses the NICs and there is no engine version over NIXL (docs/gpu-rdma.md §6)
         problems += [f"{k} applies to transport = 'mooncake' only (UCX chooses the NICs "
                      "under NIXL)" if k == "nics" else
                      f"{k} applies to transport = 'mooncake' only"
-                     for k in ("nics", "engine", *_SWITCHES) if k in options]
+                     for k in ("nics", "engine", *_SWITCHES, "gpu_registration",
+                               "dmabuf_export") if k in options]
     for key in _BOOLS:
         if key in options and not isinstance(options[key], bool):
             problems.append(f"{key} = true or false (got {options[key]!r})")

@@ -15,7 +15,7 @@ from typing import Any
 from .buffers import KvBuffer
 from .selection import deciding_pages
 
-__all__ = ["TransferFailure", "segment_edges", "write_pages"]
+__all__ = ["TransferFailure", "pair_pages", "segment_edges", "write_pages"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,16 @@ def _holds(engine: Any, addr: int, nbytes: int) -> bool:
     return st is not None and st.segment.holds(addr, nbytes)
 
 
+def pair_pages(src: KvBuffer, dst: KvBuffer, item: int,
+               edges: list[int]) -> tuple[int, int, list[int]]:
+    """(bytes, page length, the deciding pages) of one prefill -> decode buffer pair."""
+    nbytes = min(src.nbytes, dst.nbytes)
+    item = max(1, min(item, nbytes))
+    pages = sorted(set(deciding_pages(src.ptr, nbytes, item, edges))
+                   | set(deciding_pages(dst.ptr, nbytes, item, edges)))
+    return nbytes, item, pages
+
+
 def write_pages(src_engine: Any, dst_engine: Any, pairs: list[tuple[KvBuffer, KvBuffer, int]],
                 next_seq: Callable[[], int]) -> tuple[list[TransferFailure], int, int]:
     """Write the deciding pages of each (prefill buffer, decode buffer, item) pair; returns
@@ -52,10 +62,7 @@ def write_pages(src_engine: Any, dst_engine: Any, pairs: list[tuple[KvBuffer, Kv
     edges = segment_edges(src_engine) + segment_edges(dst_engine)
     failures, moved, total = [], 0, 0
     for src, dst, item in pairs:
-        nbytes = min(src.nbytes, dst.nbytes)
-        item = max(1, min(item, nbytes))
-        pages = sorted(set(deciding_pages(src.ptr, nbytes, item, edges))
-                       | set(deciding_pages(dst.ptr, nbytes, item, edges)))
+        nbytes, item, pages = pair_pages(src, dst, item, edges)
         total += -(-nbytes // item)
         lens = [min(item, nbytes - p * item) for p in pages]
         seq = next_seq()

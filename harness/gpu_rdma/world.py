@@ -27,6 +27,7 @@ from kvreg.harness.run.world import TracedWorld, next_seq
 
 from . import styles
 from .checks import GrRecord, NodeRun, Published, check_gpu_rdma_run, gpu_rdma_warnings
+from .data import compare_pages, fill_sources
 from .layout import KvLayout, LayoutError, allocate, ready
 from .options import NODES, GpuRdmaOptions
 from .transfers import write_pages
@@ -68,7 +69,7 @@ def _build_nodes(sc: Scenario, opts: GpuRdmaOptions, fake: FakeMooncake) -> list
         drv = ready(cuda)
         host = fake.node(name)
         host.attach_gpu(cuda.gpu_memory())
-        layout = allocate(drv, host, geometry, opts)
+        layout = allocate(drv, host, geometry, opts, real=sc.memory == "real")
         engine = fake.engine(name)
         rc = engine.initialize(f"{name}-host", "P2PHANDSHAKE", "rdma",
                                ",".join(n for n, _ in opts.nics))
@@ -89,6 +90,7 @@ class GpuRdmaWorld(TracedWorld):
         super().__init__(fake, record, budget)
         self.opts = opts
         self.nodes = nodes
+        self.real = False      # the pool's memory is "real": transfers move bytes
 
     def isolation(self) -> AbstractContextManager[Any]:
         """``mooncake.engine`` and pyverbs as the prefill node sees them."""
@@ -129,8 +131,13 @@ class GpuRdmaWorld(TracedWorld):
         pairs = [(a, b, item) for a, b, item in zip(
             src.layout.buffers.entries, dst.layout.buffers.entries, _items(src.layout),
             strict=True)]
+        real = self.real
+        if real:
+            fill_sources(src.engine, dst.engine, pairs)
         failures, moved, total = write_pages(src.engine, dst.engine, pairs,
                                              lambda: next_seq(self.fake))
+        if real:
+            compare_pages(src.engine, dst.engine, pairs, {f.buffer for f in failures})
         self.record.transfer_failures = failures
         self.coverage = {"pages_copied": moved, "pages_total": total, "method": EDGES}
 
@@ -196,4 +203,6 @@ def build_world(sc: Scenario, impl: Implementation, backend: Any) -> TracedWorld
                                           tuple(name for name, _ in opts.nics))
                                   for n in nodes], exercised=sc.exercise,
                       repeatable=impl.contract.repeatable)
-    return GpuRdmaWorld(opts, fake, nodes, record, budget)
+    world = GpuRdmaWorld(opts, fake, nodes, record, budget)
+    world.real = sc.memory == "real"
+    return world

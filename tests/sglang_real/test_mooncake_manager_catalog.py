@@ -15,7 +15,9 @@ IMPL = Path(__file__).resolve().parent / "mooncake_manager_register.py"
 DROPPED = {"gpu_rdma/faults/prefill-fifth-mr", "gpu_rdma/faults/decode-aux-mr",
            "gpu_rdma/gpu_memory/expandable-segments",
            "gpu_rdma/gpu_memory/expandable-gdr-across-mappings",
-           "gpu_rdma/gpu_memory/no-peermem", "gpu_rdma/gpu_memory/small-bar1"}
+           "gpu_rdma/gpu_memory/no-peermem", "gpu_rdma/gpu_memory/small-bar1",
+           "gpu_rdma/dmabuf/dmabuf-interior-before-2035",
+           "gpu_rdma/dmabuf/dmabuf-expandable-segments"}
 
 
 def test_the_catalog_fails_where_a_failed_registration_is_dropped() -> None:

@@ -1,0 +1,174 @@
+"""The engine's dma-buf path for device memory (docs/mooncake-verbs.md §8.9, docs/gpu-rdma.md
+§2): what Mooncake's ``RdmaContext::registerMemoryRegionInternal`` exports in each version and
+the -202 it returns, on the fake driver and NIC; then the catalog's #2035 / #2511 scenarios
+with a broken and a correct implementation."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvreg.fakes.cuda import errors as cu
+from kvreg.fakes.cuda.fake_cuda import FakeCuda
+from kvreg.fakes.mooncake.engine_core import CONTEXT, RdmaTransport, Segment
+from kvreg.fakes.mooncake.engine_dmabuf import dmabuf_export
+from kvreg.fakes.verbs import Fabric
+from kvreg.harness.run.core import run_scenario
+from kvreg.harness.run.implementation import make_implementation
+from kvreg.harness.scenario import ScenarioError, bundled_root, load_file
+
+from ..helpers.gpu_memory import expandable_segment, ready_driver
+
+MiB = 1 << 20
+ROOT = bundled_root()
+IMPLS = Path(__file__).parent / "impls"
+CATALOG = {sc.id: sc for sc in load_file(ROOT / "gpu_rdma" / "dmabuf.toml", ROOT)}
+
+
+class Node:
+    """One node with a NIC and an attached fake GPU, and an rdma transport on the path."""
+
+    def __init__(self, export: str, gpu_registration: str = "dmabuf") -> None:
+        self.fake = FakeCuda("h200-r580")
+        self.drv = ready_driver(self.fake)
+        fabric = Fabric(())
+        self.node = fabric.add_node("n")
+        fabric.add_device("dev0", "mlx5", node="n")
+        self.gpu = self.fake.gpu_memory()
+        self.node.attach_gpu(self.gpu)
+        self.rdma = RdmaTransport(Segment("n:1"), list(self.node.nics.values()), 7,
+                                  gpu_registration=gpu_registration, dmabuf_export=export)
+
+    def alloc(self, size: int) -> int:
+        err, ptr = self.drv.cuMemAlloc(size)
+        assert int(err) == 0
+        return int(ptr)
+
+    def mrs(self) -> list[Any]:
+        return [rec for buf in self.rdma.segment.buffers for rec in buf.mrs]
+
+
+def test_a_block_is_exported_whole_and_registered_at_its_offset() -> None:
+    # v0.3.11 rdma_context.cpp: cuMemGetAddressRange -> export(base, size) ->
+    # ibv_reg_dmabuf_mr(pd, addr - base, length, addr, fd, access); the fd closed after
+    n = Node("allocation")
+    base = n.alloc(64 * MiB)
+    code, fd, offset = dmabuf_export(n.gpu, base + 8 * MiB, 4 * MiB, "allocation")
+    assert (code, offset) == (0, 8 * MiB) and fd >= 0
+    os.close(fd)
+    fds_before = len(os.listdir("/proc/self/fd"))
+    assert n.rdma.register(base + 8 * MiB, 4 * MiB) == 0
+    (mr,) = n.mrs()
+    assert (mr.addr, mr.length, mr.dmabuf_fd >= 0, mr.gpu_bytes) == (base + 8 * MiB, 4 * MiB,
+                                                                      True, 0)
+    assert len(os.listdir("/proc/self/fd")) == fds_before      # the engine closed its fd
+    assert n.rdma.unregister(base + 8 * MiB) == 0 and not mr.live
+
+
+def test_before_2035_an_interior_pointer_exports_past_its_block() -> None:
+    # before #2035: RANGE_SIZE bytes from the pointer itself; the export fails
+    # (CUDA_ERROR_INVALID_VALUE) and the engine returns -202 without any MR
+    n = Node("range_size")
+    base = n.alloc(64 * MiB)
+    assert n.rdma.register(base, 64 * MiB) == 0              # the block's own base is fine
+    assert n.rdma.register(base + 32 * MiB, 4 * MiB) == CONTEXT
+    assert n.rdma.last_cuda_error == cu.INVALID_VALUE and n.rdma.last_errno is None
+    assert len(n.mrs()) == 1
+    # with #2035 the same interior pointer registers
+    m = Node("allocation")
+    inner = m.alloc(64 * MiB) + 32 * MiB
+    assert m.rdma.register(inner, 4 * MiB) == 0
+
+
+@pytest.mark.parametrize(("export", "rc", "errno_"), [
+    ("allocation", CONTEXT, errno.EINVAL),   # #2511: one 20 MiB mapping exported
+    ("covering", 0, None),                   # #3538: the range the tensor needs
+])
+def test_a_tensor_across_mappings(export: str, rc: int, errno_: int | None) -> None:
+    n = Node(export)
+    va, _ = expandable_segment(n.drv, mappings=3)
+    tensor = va + 12 * MiB                     # 32 MiB from inside the first mapping
+    assert n.rdma.register(tensor, 32 * MiB) == rc
+    assert n.rdma.last_errno == errno_
+    # a tensor inside one mapping registers either way
+    assert n.rdma.register(va, 8 * MiB) == 0
+
+
+def test_the_covering_export_is_page_aligned_and_starts_in_the_mapping() -> None:
+    n = Node("covering")
+    va, _ = expandable_segment(n.drv, mappings=2)
+    code, fd, offset = dmabuf_export(n.gpu, va + 20 * MiB - 512, 4096, "covering")
+    assert (code, offset) == (0, 4096 - 512)
+    os.close(fd)
+    # past the last mapping nothing is mapped: the export fails (-202 in the engine)
+    assert dmabuf_export(n.gpu, va + 39 * MiB, 2 * MiB, "covering")[0] == cu.INVALID_VALUE
+    assert n.rdma.register(va + 39 * MiB, 2 * MiB) == CONTEXT
+
+
+def test_host_memory_and_the_peermem_path_keep_ibv_reg_mr() -> None:
+    import ctypes
+    n = Node("allocation")
+    host = ctypes.create_string_buffer(8192)
+    assert n.rdma.register(ctypes.addressof(host), 8192) == 0
+    assert n.mrs()[0].dmabuf_fd == -1
+    p = Node("allocation", gpu_registration="peermem")
+    ptr = p.alloc(4 * MiB)
+    assert p.rdma.register(ptr, 4 * MiB) == 0
+    assert p.mrs()[0].dmabuf_fd == -1 and p.mrs()[0].gpu_bytes > 0
+
+
+def _impl(name: str) -> Any:
+    return make_implementation(f"{IMPLS / name}.py:register", f"{IMPLS / name}.py:teardown",
+                               "mooncake_engine")
+
+
+@pytest.mark.parametrize(("scenario", "reg_errno"), [
+    ("dmabuf-interior-before-2035", None), ("dmabuf-expandable-segments", errno.EINVAL)])
+def test_a_dropped_dmabuf_failure_is_caught_and_a_reported_one_passes(
+        scenario: str, reg_errno: int | None) -> None:
+    sc = CATALOG[f"gpu_rdma/dmabuf/{scenario}"]
+    broken = run_scenario(sc, _impl("sglang_debug_log"), keep_trace=True)
+    assert broken.verdict == "fail", broken.trace_text
+    first = broken.violations[0]
+    assert first.rule == "registration-failure-dropped", first.message
+    assert "returned -202 (ERR_CONTEXT)" in first.message
+    good = run_scenario(sc, _impl("sglang_batch_fixed"), keep_trace=True)
+    assert good.verdict == "pass", [v.as_dict() for v in good.violations]
+    failed = [ln for ln in good.trace_text.splitlines() if "reg_dmabuf_mr" in ln
+              and "-> 0 OK" not in ln]
+    if reg_errno is None:      # the export failed: no MR call at all for that buffer
+        assert failed == [] and "-> -202 ERR_CONTEXT" in good.trace_text
+    else:
+        assert failed and failed[0].endswith(f"-> {reg_errno} EINVAL"), failed
+
+
+@pytest.mark.parametrize("scenario", ["dmabuf-blocks", "dmabuf-interior",
+                                      "dmabuf-expandable-segments-3538"])
+def test_where_the_fix_applies_every_buffer_registers_and_transfers(scenario: str) -> None:
+    result = run_scenario(CATALOG[f"gpu_rdma/dmabuf/{scenario}"], make_implementation(),
+                          keep_trace=True)
+    assert result.verdict == "pass", [v.as_dict() for v in result.violations]
+    assert "reg_dmabuf_mr" in result.trace_text and "ERR_CONTEXT" not in result.trace_text
+
+
+@pytest.mark.parametrize(("table", "words"), [
+    ('{ gpu_registration = "dma_buf" }', "gpu_registration = one of ['peermem', 'dmabuf']"),
+    ('{ dmabuf_export = "covering" }', 'dmabuf_export needs gpu_registration = "dmabuf"'),
+    ('{ gpu_registration = "dmabuf", dmabuf_export = "all" }',
+     "dmabuf_export = one of ['range_size', 'allocation', 'covering']"),
+    ('{ transport = "nixl", gpu_registration = "dmabuf" }',
+     "gpu_registration applies to transport = 'mooncake' only"),
+])
+def test_a_bad_dmabuf_option_is_one_problem(tmp_path: Path, table: str, words: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text('format = 1\n[pool]\ntype = "mha"\nparams = { layout = "layer_first", '
+                    'layer_num = 2, head_num = 8, head_dim = 128, dtype = "bfloat16", '
+                    'page_size = 16 }\n[[scenario]]\nname = "s"\nguards = "a bad table"\n'
+                    f'pages = 4\ntarget = "gpu_rdma"\ngpu_rdma = {table}\n')
+    with pytest.raises(ScenarioError) as err:
+        load_file(path, tmp_path)
+    assert words in str(err.value)
