@@ -19,6 +19,7 @@ object and where the code keeps it, not as the code's failure.
 
 from __future__ import annotations
 
+import importlib.machinery
 import sys
 import threading
 import types
@@ -286,6 +287,9 @@ class FacadeModule(types.ModuleType):
         super().__init__(name, f"{name} (kvreg door: the fake patched in now)")
         if package:
             self.__path__: list[str] = []
+        # an installed module has a spec: code that asks importlib.util.find_spec whether the
+        # package is there (SGLang's optional transports) gets one, not "__spec__ is None"
+        self.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=package)
         self.__dict__.update(_kvreg_door=door, _kvreg_classes=frozenset(classes),
                              _kvreg_fallback=fallback, _kvreg_fake_module=True,
                              _kvreg_made={}, __getattr__=self._kvreg_getattr)

@@ -207,3 +207,23 @@ def test_driver_example_over_a_512_gib_ceiling() -> None:
         assert [s for _, s in ranges] == [256 * GiB, 256 * GiB, 88 * GiB]
         mod.teardown(ranges)
     assert fake.live_registrations() == []
+
+
+def test_a_patched_in_package_has_a_spec_as_an_installed_one_does() -> None:
+    """SGLang's Mooncake KV manager asks ``importlib.util.find_spec("nixl")`` whether the
+    optional transport is installed; a module in sys.modules without a spec makes it raise
+    ValueError ("nixl.__spec__ is None") instead of answering."""
+    import importlib.util
+
+    from kvreg.fakes.mooncake import FakeMooncake
+    from kvreg.fakes.nixl import FakeNixl
+
+    with FakeNixl().patch():
+        spec = importlib.util.find_spec("nixl")
+        assert spec is not None and spec.name == "nixl"
+        assert spec.submodule_search_locations == []
+        sub = importlib.util.find_spec("nixl._api")
+        assert sub is not None and sub.submodule_search_locations is None
+    with FakeMooncake().patch():
+        found = importlib.util.find_spec("mooncake.engine")
+        assert found is not None and found.name == "mooncake.engine"
