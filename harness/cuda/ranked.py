@@ -83,6 +83,14 @@ class RankedCudaWorld(CudaWorld):
     def register(self, impl: Implementation) -> bool:
         returned = super().register(impl)
         self.registered_after_register = sum(r.size for r in self.fake.live_registrations())
+        if "fill" in self.sc.exercise:
+            # every rank's register has ended before any rank fills (FakeHost.rendezvous):
+            # which rank the OOM killer takes (the most resident) must not depend on how far
+            # a slower peer had got with its pins when a refused rank began to fill
+            from kvreg.harness.ranks.rank_scenario import REGISTER_MEET_S
+
+            self.place.memory.host.rendezvous("registered", self.place.world_size,
+                                              REGISTER_MEET_S)
         return returned
 
     def fill(self) -> None:

@@ -5,6 +5,7 @@ scenarios (scenarios/ranks/) where one exists; the ranks are real processes."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -139,12 +140,16 @@ def test_code_that_raises_where_the_host_refuses_is_never_oom_killed() -> None:
 
 
 def test_a_rank_that_goes_on_unpinned_fills_the_host_and_the_oom_killer_takes_the_largest() -> None:
-    """Rank 7 (refused at once) fills its 300 GiB pageable pool: the OOM killer kills the rank
-    with the most resident memory, rank 0 on the tie (docs/host.md §1); kvreg's answer is an
-    error naming it, the same on every run."""
+    """Ranks 6 and 7 (refused) fill their 300 GiB pageable pools: the OOM killer kills the
+    rank with the most resident memory at that moment (docs/host.md §1). Which one that is
+    depends on how far the pinned ranks' teardowns had got, as on a real host; kvreg's answer
+    is an error naming the victim, never a verdict, on every run."""
     for _ in range(2):
         s = _catalog("per_rank_pools.toml", "tp8-fill-oom-killed", "warn_and_go_on.py:register",
                      "--pinning", "optional")
         assert s["verdict"] == "error"
-        assert s["reason"].startswith("rank 0 was OOM-killed by the host: out of memory"), s
+        found = re.match(r"rank (\d) was OOM-killed by the host: out of memory", s["reason"])
+        assert found, s
+        victim = int(found.group(1))
+        assert s["ranks"][victim]["verdict"] == "error", s
         assert s["violations"] == []
