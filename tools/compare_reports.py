@@ -1,0 +1,175 @@
+"""Compare two ``kvreg run --json`` reports scenario by scenario: what changed in each verdict.
+
+A refactor that must not change what kvreg says about code (issue 26's "every verdict of the
+catalog ... is unchanged") is proved by running the same implementations on the catalog before
+and after it and comparing the reports. This compares, for each scenario id both reports hold,
+the verdict, the violations (rule and message) and the warnings, after normalising what differs
+between two runs without meaning anything: absolute paths (the checkout's place) become their
+file name, durations become ``<T>``. Scenarios only one report holds are counted per top-level
+catalog folder (``mha``, ``regressions``, ...). Usage:
+
+    python tools/compare_reports.py BEFORE AFTER [--limit N]
+
+BEFORE and AFTER are two report files, or two folders of reports paired by file name (a name
+in only one folder is listed, not compared). Prints one line per differing scenario and field
+(``impl  scenario  field: before -> after``) and a summary line per pair and in all. Exit
+status 0 when every common scenario is identical, 1 when any differs, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# an absolute path (a checkout, a temporary folder): only its last part says anything
+_PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+([\w.+-]+)")
+# a measured duration: "12.3 s", "0.5s", "340 ms"
+_TIME = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s)\b")
+FIELDS = ("verdict", "violations", "warnings", "reason")
+
+
+class BadInput(Exception):
+    """A report that cannot be read or is not a kvreg JSON report."""
+
+
+def normalise(text: str) -> str:
+    """``text`` without what two runs of the same code may word differently."""
+    return _TIME.sub("<T>", _PATH.sub(r"\1", text))
+
+
+def _findings(items: Any) -> list[str]:
+    return sorted(f"{i.get('rule', '?')}: {normalise(str(i.get('message', '')))}"
+                  for i in items or [])
+
+
+def scenario_view(entry: dict[str, Any]) -> dict[str, Any]:
+    """The fields of one scenario that a verdict consists of, normalised."""
+    return {"verdict": entry.get("verdict"),
+            "violations": _findings(entry.get("violations")),
+            "warnings": _findings(entry.get("warnings")),
+            "reason": normalise(str(entry.get("reason", "")))}
+
+
+def load_report(path: Path) -> dict[str, dict[str, Any]]:
+    """The scenarios of a report by id; BadInput names the file and what is wrong."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadInput(f"{path}: cannot read a JSON report ({exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("scenarios"), list):
+        raise BadInput(f"{path}: not a kvreg report (no 'scenarios' list)")
+    out: dict[str, dict[str, Any]] = {}
+    for entry in doc["scenarios"]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+            raise BadInput(f"{path}: a scenario entry without an 'id'")
+        out[entry["id"]] = scenario_view(entry)
+    return out
+
+
+@dataclass
+class Comparison:
+    """One pair of reports compared."""
+
+    name: str
+    common: int = 0
+    identical: int = 0
+    # (scenario id, field, before, after)
+    differences: list[tuple[str, str, Any, Any]] = field(default_factory=list)
+    only_before: Counter[str] = field(default_factory=Counter)
+    only_after: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def differing(self) -> int:
+        return len({sid for sid, *_ in self.differences})
+
+
+def folder(sid: str) -> str:
+    return sid.split("/", 1)[0]
+
+
+def compare(name: str, before: dict[str, dict[str, Any]],
+            after: dict[str, dict[str, Any]]) -> Comparison:
+    result = Comparison(name)
+    for sid in sorted(before.keys() | after.keys()):
+        if sid not in after:
+            result.only_before[folder(sid)] += 1
+        elif sid not in before:
+            result.only_after[folder(sid)] += 1
+        else:
+            result.common += 1
+            diffs = [(sid, f, before[sid][f], after[sid][f]) for f in FIELDS
+                     if before[sid][f] != after[sid][f]]
+            result.differences.extend(diffs)
+            result.identical += not diffs
+    return result
+
+
+def pairs(before: Path, after: Path) -> tuple[list[tuple[str, Path, Path]], list[str]]:
+    """The report pairs to compare, and the names found on one side only."""
+    if before.is_file() and after.is_file():
+        return [(after.stem, before, after)], []
+    if before.is_dir() and after.is_dir():
+        b = {p.name: p for p in before.glob("*.json")}
+        a = {p.name: p for p in after.glob("*.json")}
+        both = sorted(b.keys() & a.keys())
+        if not both:
+            raise BadInput(f"no report name is in both {before} and {after}")
+        return ([(Path(n).stem, b[n], a[n]) for n in both],
+                sorted(b.keys() ^ a.keys()))
+    raise BadInput(f"{before} and {after} must be two report files or two folders")
+
+
+def _counts(c: Counter[str]) -> str:
+    return ", ".join(f"{k} {n}" for k, n in sorted(c.items())) or "none"
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return text if len(text) <= 400 else text[:397] + "..."
+
+
+def render(results: Sequence[Comparison], unpaired: Sequence[str], limit: int) -> list[str]:
+    lines: list[str] = []
+    for r in results:
+        for sid, fld, b, a in r.differences[:limit]:
+            lines.append(f"{r.name}  {sid}  {fld}: {_short(b)} -> {_short(a)}")
+        if len(r.differences) > limit:
+            lines.append(f"{r.name}  ... {len(r.differences) - limit} more difference(s)")
+    for r in results:
+        lines.append(f"{r.name}: {r.common} common, {r.identical} identical, {r.differing} "
+                     f"differing; only after: {_counts(r.only_after)}; only before: "
+                     f"{_counts(r.only_before)}")
+    common = sum(r.common for r in results)
+    same = sum(r.identical for r in results)
+    lines.append(f"total: {len(results)} report pair(s), {common} scenario verdicts compared, "
+                 f"{same} identical, {common - same} differing")
+    lines.extend(f"unpaired report: {n}" for n in unpaired)
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("before", type=Path)
+    parser.add_argument("after", type=Path)
+    parser.add_argument("--limit", type=int, default=50,
+                        help="difference lines printed per report pair (default 50)")
+    args = parser.parse_args(argv)
+    try:
+        found, unpaired = pairs(args.before, args.after)
+        results = [compare(name, load_report(b), load_report(a)) for name, b, a in found]
+    except BadInput as exc:
+        print(f"compare_reports: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(render(results, unpaired, max(args.limit, 0))))
+    return 1 if any(r.differences for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
