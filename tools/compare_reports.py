@@ -3,7 +3,8 @@
 A refactor that must not change what kvreg says about code (issue 26's "every verdict of the
 catalog ... is unchanged") is proved by running the same implementations on the catalog before
 and after it and comparing the reports. This compares, for each scenario id both reports hold,
-the verdict, the violations (rule and message) and the warnings, after normalising what differs
+the verdict, the violations and warnings (rule, message, where in the code) and every other
+field of the entry, and the report's contract, after normalising what differs
 between two runs without meaning anything: absolute paths (the checkout's place) become their
 file name, durations become ``<T>``. Scenarios only one report holds are counted per top-level
 catalog folder (``mha``, ``regressions``, ...). Usage:
@@ -32,7 +33,12 @@ from typing import Any
 _PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+([\w.+-]+)")
 # a measured duration: "12.3 s", "0.5s", "340 ms"
 _TIME = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s)\b")
+# the fields shown first; any other field of a scenario entry is compared too
 FIELDS = ("verdict", "violations", "warnings", "reason")
+# the pseudo-id under which the report's contract is compared (its causes and hints count
+# scenarios, so new scenarios change them: what they say is compared per scenario)
+REPORT = "(report)"
+REPORT_FIELDS = ("contract",)
 
 
 class BadInput(Exception):
@@ -44,17 +50,27 @@ def normalise(text: str) -> str:
     return _TIME.sub("<T>", _PATH.sub(r"\1", text))
 
 
-def _findings(items: Any) -> list[str]:
-    return sorted(f"{i.get('rule', '?')}: {normalise(str(i.get('message', '')))}"
-                  for i in items or [])
+def _finding(item: Any) -> str:
+    """A violation or warning as one line: rule, message and where in the code it happened."""
+    if not isinstance(item, dict):
+        return normalise(json.dumps(item, sort_keys=True))
+    line = f"{item.get('rule', '?')}: {normalise(str(item.get('message', '')))}"
+    if "where" in item or "code" in item:
+        line += f" [at {normalise(str(item.get('where', '')))}: {item.get('code', '')}]"
+    return line
 
 
 def scenario_view(entry: dict[str, Any]) -> dict[str, Any]:
-    """The fields of one scenario that a verdict consists of, normalised."""
-    return {"verdict": entry.get("verdict"),
-            "violations": _findings(entry.get("violations")),
-            "warnings": _findings(entry.get("warnings")),
-            "reason": normalise(str(entry.get("reason", "")))}
+    """The fields of one scenario entry, normalised: violations and warnings as sorted lines,
+    every other field (``pool``, ``reason``, ``copy``, ``ranks``, ...) as normalised JSON."""
+    view: dict[str, Any] = {"verdict": entry.get("verdict"),
+                            "violations": sorted(map(_finding, entry.get("violations") or [])),
+                            "warnings": sorted(map(_finding, entry.get("warnings") or [])),
+                            "reason": normalise(str(entry.get("reason", "")))}
+    for key, value in entry.items():
+        if key not in view and key != "id":
+            view[key] = normalise(json.dumps(value, sort_keys=True))
+    return view
 
 
 def load_report(path: Path) -> dict[str, dict[str, Any]]:
@@ -70,6 +86,7 @@ def load_report(path: Path) -> dict[str, dict[str, Any]]:
         if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
             raise BadInput(f"{path}: a scenario entry without an 'id'")
         out[entry["id"]] = scenario_view(entry)
+    out[REPORT] = {k: normalise(json.dumps(doc.get(k), sort_keys=True)) for k in REPORT_FIELDS}
     return out
 
 
@@ -87,7 +104,8 @@ class Comparison:
 
     @property
     def differing(self) -> int:
-        return len({sid for sid, *_ in self.differences})
+        """Common scenarios that differ (the report's own fields are not a scenario)."""
+        return len({sid for sid, *_ in self.differences} - {REPORT})
 
 
 def folder(sid: str) -> str:
@@ -98,14 +116,19 @@ def compare(name: str, before: dict[str, dict[str, Any]],
             after: dict[str, dict[str, Any]]) -> Comparison:
     result = Comparison(name)
     for sid in sorted(before.keys() | after.keys()):
-        if sid not in after:
+        if sid == REPORT:
+            result.differences.extend((sid, f, before[sid].get(f), after[sid].get(f))
+                                      for f in REPORT_FIELDS
+                                      if before[sid].get(f) != after[sid].get(f))
+        elif sid not in after:
             result.only_before[folder(sid)] += 1
         elif sid not in before:
             result.only_after[folder(sid)] += 1
         else:
             result.common += 1
-            diffs = [(sid, f, before[sid][f], after[sid][f]) for f in FIELDS
-                     if before[sid][f] != after[sid][f]]
+            b, a = before[sid], after[sid]
+            names = [*FIELDS, *sorted((b.keys() | a.keys()) - set(FIELDS))]
+            diffs = [(sid, f, b.get(f), a.get(f)) for f in names if b.get(f) != a.get(f)]
             result.differences.extend(diffs)
             result.identical += not diffs
     return result
@@ -143,8 +166,9 @@ def render(results: Sequence[Comparison], unpaired: Sequence[str], limit: int) -
         if len(r.differences) > limit:
             lines.append(f"{r.name}  ... {len(r.differences) - limit} more difference(s)")
     for r in results:
+        report = "; report fields differ" if any(d[0] == REPORT for d in r.differences) else ""
         lines.append(f"{r.name}: {r.common} common, {r.identical} identical, {r.differing} "
-                     f"differing; only after: {_counts(r.only_after)}; only before: "
+                     f"differing{report}; only after: {_counts(r.only_after)}; only before: "
                      f"{_counts(r.only_before)}")
     common = sum(r.common for r in results)
     same = sum(r.identical for r in results)

@@ -32,23 +32,26 @@ def scenario(sid: str, verdict: str = "pass", violations: list[dict[str, str]] |
             "violations": violations or [], "warnings": warnings or [], **extra}
 
 
-def write(path: Path, *scenarios: dict[str, Any]) -> Path:
+def write(path: Path, *scenarios: dict[str, Any], contract: str = "sglang") -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"summary": {"total": len(scenarios)}, "contract": {},
-                                "scenarios": list(scenarios)}))
+    path.write_text(json.dumps({"summary": {"total": len(scenarios)},
+                                "contract": {"style": contract}, "scenarios": list(scenarios)}))
     return path
 
 
 def test_reports_that_differ_only_in_paths_and_times_are_identical(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    leak_at = {**LEAK, "where": "/tmp/before/tests/impls/bug.py:41", "code": "done = []"}
     before = write(tmp_path / "b.json",
-                   scenario("mla/x/above-limit", "fail", [LEAK], [PENDING]),
+                   scenario("mla/x/above-limit", "fail", [leak_at], [PENDING]),
                    scenario("mha/y/below-limit", "error",
                             reason="/tmp/before/tests/impls/slow.py:12 stopped after 60.0 s"))
     after = write(tmp_path / "a.json",
                   scenario("mha/y/below-limit", "error",
                            reason="/work/wt/x/tests/impls/slow.py:12 stopped after 61.25 s"),
-                  scenario("mla/x/above-limit", "fail", [LEAK], [PENDING]))
+                  scenario("mla/x/above-limit", "fail",
+                           [{**leak_at, "where": "/work/wt/x/tests/impls/bug.py:41"}],
+                           [PENDING]))
     assert compare_reports.main([str(before), str(after)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == ("total: 1 report pair(s), 2 scenario verdicts compared, 2 identical, "
@@ -61,6 +64,9 @@ def test_reports_that_differ_only_in_paths_and_times_are_identical(
     (scenario("mla/x/above-limit", "fail", [{**LEAK, "message": LEAK["message"] + " (713)"}]),
      "violations"),
     (scenario("mla/x/above-limit", "fail", [LEAK], [PENDING]), "warnings"),
+    (scenario("mla/x/above-limit", "fail", [{**LEAK, "where": "/w/impls/bug.py:41"}]),
+     "violations"),
+    (scenario("mla/x/above-limit", "fail", [LEAK], copy={"pages_copied": 3}), "copy"),
 ])
 def test_a_changed_verdict_rule_message_or_warning_is_named(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], changed: dict[str, Any],
@@ -72,6 +78,16 @@ def test_a_changed_verdict_rule_message_or_warning_is_named(
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"a  mla/x/above-limit  {field}: ")
     assert "2 common, 1 identical, 1 differing" in out[-2]
+
+
+def test_a_changed_contract_is_shown_but_counts_no_scenario(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = write(tmp_path / "b.json", scenario("mla/x/a"), contract="sglang")
+    after = write(tmp_path / "a.json", scenario("mla/x/a"), contract="generic")
+    assert compare_reports.main([str(before), str(after)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == 'a  (report)  contract: {"style": "sglang"} -> {"style": "generic"}'
+    assert out[1].startswith("a: 1 common, 1 identical, 0 differing; report fields differ")
 
 
 def test_scenarios_on_one_side_are_counted_per_folder_not_compared(tmp_path: Path) -> None:
