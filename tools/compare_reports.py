@@ -3,11 +3,12 @@
 A refactor that must not change what kvreg says about code (issue 26's "every verdict of the
 catalog ... is unchanged") is proved by running the same implementations on the catalog before
 and after it and comparing the reports. This compares, for each scenario id both reports hold,
-the verdict, the violations and warnings (rule, message, where in the code) and every other
-field of the entry, and the report's contract, after normalising what differs
-between two runs without meaning anything: absolute paths (the checkout's place) become their
-file name, durations become ``<T>``. Scenarios only one report holds are counted per top-level
-catalog folder (``mha``, ``regressions``, ...). Usage:
+the verdict, the violations and warnings (rule, message, where in the code), the order of the
+violations' rules (not of two findings of one rule: those follow buffer addresses, which a
+worker's earlier scenarios move), every other field of the entry, and the report's contract,
+after normalising what differs between two runs without meaning anything: absolute paths (the
+checkout's place) become their file name, durations become ``<T>``. Scenarios only one report
+holds are counted per top-level catalog folder (``mha``, ``regressions``, ...). Usage:
 
     python tools/compare_reports.py BEFORE AFTER [--limit N]
 
@@ -34,7 +35,7 @@ _PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+([\w.+-]+)")
 # a measured duration: "12.3 s", "0.5s", "340 ms"
 _TIME = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s)\b")
 # the fields shown first; any other field of a scenario entry is compared too
-FIELDS = ("verdict", "violations", "warnings", "reason")
+FIELDS = ("verdict", "violations", "rule order", "warnings", "reason")
 # the pseudo-id under which the report's contract is compared (its causes and hints count
 # scenarios, so new scenarios change them: what they say is compared per scenario)
 REPORT = "(report)"
@@ -61,10 +62,15 @@ def _finding(item: Any) -> str:
 
 
 def scenario_view(entry: dict[str, Any]) -> dict[str, Any]:
-    """The fields of one scenario entry, normalised: violations and warnings as sorted lines,
-    every other field (``pool``, ``reason``, ``copy``, ``ranks``, ...) as normalised JSON."""
+    """The fields of one scenario entry, normalised: violations and warnings as sorted lines
+    and the violations' rules in order; any other field (``pool``, ``copy``, ``ranks``, ...)
+    as normalised JSON."""
+    violations = entry.get("violations") or []
     view: dict[str, Any] = {"verdict": entry.get("verdict"),
-                            "violations": sorted(map(_finding, entry.get("violations") or [])),
+                            "violations": sorted(map(_finding, violations)),
+                            # the first rule is the one a user reads first
+                            "rule order": [v.get("rule") if isinstance(v, dict) else v
+                                           for v in violations],
                             "warnings": sorted(map(_finding, entry.get("warnings") or [])),
                             "reason": normalise(str(entry.get("reason", "")))}
     for key, value in entry.items():

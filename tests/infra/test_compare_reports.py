@@ -80,6 +80,19 @@ def test_a_changed_verdict_rule_message_or_warning_is_named(
     assert "2 common, 1 identical, 1 differing" in out[-2]
 
 
+def test_the_rules_order_counts_but_not_the_order_of_one_rules_findings(tmp_path: Path) -> None:
+    other = {**LEAK, "message": "chunk [kv_buffer+0x3fccc000, +4497408) was never released"}
+    first = {"rule": "not-rolled-back", "message": "chunk [kv_buffer+0x0,) no rollback"}
+    view = compare_reports.scenario_view
+    same = compare_reports.compare("a", {"s": view(scenario("s", "fail", [LEAK, other]))},
+                                   {"s": view(scenario("s", "fail", [other, LEAK]))})
+    assert (same.identical, same.differences) == (1, [])
+    moved = compare_reports.compare("a", {"s": view(scenario("s", "fail", [first, LEAK]))},
+                                    {"s": view(scenario("s", "fail", [LEAK, first]))})
+    assert moved.differences == [("s", "rule order", ["not-rolled-back", "leak"],
+                                  ["leak", "not-rolled-back"])]
+
+
 def test_a_changed_contract_is_shown_but_counts_no_scenario(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = write(tmp_path / "b.json", scenario("mla/x/a"), contract="sglang")
