@@ -1,5 +1,5 @@
 """tools/compare_reports.py: two ``kvreg run --json`` reports compared scenario by scenario,
-as issue 26's proof that a refactor changed no verdict of the catalog (docs/verdicts-issue26.md).
+as issue 26's proof that a refactor changed no verdict of the catalog (docs/refactor-verdicts.md).
 The reports here are tiny files in the shape ``kvreg run --json`` writes."""
 
 from __future__ import annotations
