@@ -7,7 +7,8 @@ the verdict, the violations and warnings (rule, message, where in the code), the
 violations' rules (not of two findings of one rule: those follow buffer addresses, which a
 worker's earlier scenarios move), every other field of the entry, and the report's contract,
 after normalising what differs between two runs without meaning anything: absolute paths (the
-checkout's place) become their file name, durations become ``<T>``. Scenarios only one report
+checkout's place) become their file name, durations ``<T>``, absolute addresses the code under
+test printed (mmap's placement differs in every run) ``<ADDR>``. Scenarios only one report
 holds are counted per top-level catalog folder (``mha``, ``regressions``, ...). Usage:
 
     python tools/compare_reports.py BEFORE AFTER [--limit N]
@@ -34,6 +35,9 @@ from typing import Any
 _PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+([\w.+-]+)")
 # a measured duration: "12.3 s", "0.5s", "340 ms"
 _TIME = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s)\b")
+# an absolute address (12+ hex digits: where mmap placed a buffer, different in every run) that
+# code under test printed; kvreg's own words are offsets (kv_buffer+0x7f998000), kept
+_ADDRESS = re.compile(r"(?<![+\w])0x[0-9a-fA-F]{12,}\b")
 # the fields shown first; any other field of a scenario entry is compared too
 FIELDS = ("verdict", "violations", "rule order", "warnings", "reason")
 # the pseudo-id under which the report's contract is compared (its causes and hints count
@@ -48,7 +52,7 @@ class BadInput(Exception):
 
 def normalise(text: str) -> str:
     """``text`` without what two runs of the same code may word differently."""
-    return _TIME.sub("<T>", _PATH.sub(r"\1", text))
+    return _ADDRESS.sub("<ADDR>", _TIME.sub("<T>", _PATH.sub(r"\1", text)))
 
 
 def _finding(item: Any) -> str:
