@@ -280,6 +280,16 @@ class RankMemory:
             if pid is not None:
                 r["pid"] = pid
 
+    def set_pid(self, pid: int | None) -> None:
+        """The process an OOM kill by another rank sends SIGKILL at once; None: the rank
+        learns it at its next call (:meth:`FakeHost.rank`)."""
+        with self.host.state.change() as st:
+            r = st["ranks"][self._key]
+            if pid is None:
+                r.pop("pid", None)
+            else:
+                r["pid"] = pid
+
     # -- helpers ---------------------------------------------------------------------------
     def _alive(self, st: dict[str, Any]) -> None:
         r = st["ranks"][self._key]

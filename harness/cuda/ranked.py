@@ -86,9 +86,12 @@ class RankedCudaWorld(CudaWorld):
         returned = super().register(impl)
         self.registered_after_register = sum(r.size for r in self.fake.live_registrations())
         if "fill" in self.sc.exercise:
-            # every rank's register has ended before any rank fills: which rank the OOM
-            # killer takes (the most resident) must not depend on how far a slower peer had
-            # got with its pins when a refused rank began to fill
+            # until every rank's fill has ended a rank the OOM killer takes learns it at the
+            # fill's meeting (_fills_ended), not by a SIGKILL from the rank whose fill did not
+            # fit; and every rank's register has ended before any rank fills: which rank the
+            # OOM killer takes (the most resident) must not depend on how far a slower peer
+            # had got with its pins when a refused rank began to fill
+            self.place.memory.set_pid(None)
             self.place.memory.host.rendezvous("registered", self.place.world_size,
                                               _meet_s(), rank=self.place.rank)
         return returned
@@ -143,6 +146,7 @@ class RankedCudaWorld(CudaWorld):
             os.kill(os.getpid(), signal.SIGKILL)      # the kernel's OOM kill of this rank
         while killed:           # a peer is gone: stopped by kvreg (or named hung past the
             time.sleep(1.0)     # ranks' timeout, never a hang)
+        self.place.memory.set_pid(os.getpid())       # a later kill is a SIGKILL at once
 
     def finish(self) -> None:
         self._fills_ended()       # a run whose call budget ran out in register: no teardown

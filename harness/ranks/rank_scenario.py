@@ -68,9 +68,7 @@ def run_rank(sc: Scenario, how: ImplSpec, host_path: str, shared: str | None,
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     impl = implementation(how)
     host = FakeHost(host_path, HostLimits(**sc.host))
-    # opened without its pid: a rank the OOM killer takes learns it where the world lets
-    # it (the fill's meeting, harness/cuda/ranked.py), or at its end below, not at once
-    place = RankPlace(rank, world_size, host.rank(rank), host_path, shared)
+    place = RankPlace(rank, world_size, host.rank(rank, pid=os.getpid()), host_path, shared)
     mine = replace(sc, faults=rank_faults(sc.faults, rank))
     target: Any = get_target(sc.target)
     built: list[Any] = []

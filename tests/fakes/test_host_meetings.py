@@ -2,12 +2,16 @@
 took counts as arrived, since it never comes; a rank is known by its number, so one that
 arrived and was killed after counts once. The many-rank scenarios' fill step rests on it
 (harness/cuda/ranked.py): the ranks fill in rank order, each after the lower ranks' fills
-ended or their ranks were killed, and meet once every fill has ended. No timing is asserted:
+ended or their ranks were killed, and meet once every fill has ended; meanwhile a rank has
+given up its pid (``RankMemory.set_pid``), so a victim learns its kill there instead of dying
+by a peer's SIGKILL. No timing is asserted:
 a wait that must end is given the tests' long bound, one that must not a short one."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +102,34 @@ def test_a_kill_releases_a_peer_already_waiting(tmp_path: Path) -> None:
 def test_a_meeting_name_is_a_plain_word(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="plain word"):
         _host(tmp_path).meeting("../x")
+
+
+def _victim(path: str, signalled: bool, ready: Any, killed: Any, out: Any) -> None:
+    memory = FakeHost(path).rank(0, pid=os.getpid())
+    if not signalled:
+        memory.set_pid(None)     # as a scenario's rank from its register to the fills' end
+    memory.touch(TiB, 600 * GiB)
+    ready.set()
+    killed.wait(WAIT)
+    out.put(0 in memory.host.killed())      # still running: it learns it now
+
+
+@pytest.mark.parametrize("signalled", [True, False])
+def test_a_rank_without_its_pid_learns_its_kill_instead_of_dying(tmp_path: Path,
+                                                                   signalled: bool) -> None:
+    """With its pid the victim's process is sent SIGKILL by the rank whose fault did not fit;
+    without it (``RankMemory.set_pid(None)``) it runs on and learns it at its next look."""
+    host = _host(tmp_path)
+    ready, killed, out = CTX.Event(), CTX.Event(), CTX.Queue()
+    victim = CTX.Process(target=_victim,
+                         args=(str(host.state.path), signalled, ready, killed, out))
+    victim.start()
+    assert ready.wait(WAIT)
+    host.rank(1).touch(2 * TiB, 600 * GiB)
+    assert list(host.killed()) == [0]
+    killed.set()
+    victim.join(WAIT)
+    if signalled:
+        assert victim.exitcode == -signal.SIGKILL
+    else:
+        assert (out.get(timeout=WAIT), victim.exitcode) == (True, 0)

@@ -148,7 +148,7 @@ def test_a_rank_that_goes_on_unpinned_fills_the_host_and_the_oom_killer_takes_th
     7's rank 1; the others are stopped by rank 0's death. The same report on every run,
     whatever the load: the victims are a function of the scenario, not of the timing."""
     reports = []
-    for _ in range(3):
+    for _ in range(2):
         s = _catalog("per_rank_pools.toml", "tp8-fill-oom-killed", "warn_and_go_on.py:register",
                      "--pinning", "optional")
         assert s["verdict"] == "error", s
@@ -166,4 +166,4 @@ def test_a_rank_that_goes_on_unpinned_fills_the_host_and_the_oom_killer_takes_th
         assert 190 * GiB < short7 - short6 <= 192 * GiB, s
         assert s["reason"] == ranks[0][2], s        # the host's first victim
         reports.append((s["reason"], ranks))
-    assert reports[1:] == reports[:1] * 2
+    assert reports[1] == reports[0]
