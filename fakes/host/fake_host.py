@@ -21,6 +21,7 @@ from typing import Any
 
 from . import pages as P
 from .limits import HostLimits
+from .meetings import Meeting
 from .pages import PAGE
 from .shared_state import SharedState
 
@@ -125,29 +126,24 @@ class FakeHost:
         victim learns it at its next call, for ranks that share one process)."""
         return RankMemory(self, rank, pid=pid)
 
-    def rendezvous(self, name: str, parties: int, timeout: float) -> bool:
-        """Wait until ``parties`` callers have arrived at ``name`` (True), or ``timeout``
-        seconds passed (False: a peer that never comes, say one whose build failed, delays
-        the others but never holds them). The ranks of a many-rank scenario meet here before
-        they register, as an engine's ranks start together after their process group forms:
-        so what overlaps in time on a machine (pins of the same shared pages) overlaps here
-        too, however the processes were scheduled up to that point."""
-        if not name.isidentifier():
-            raise ValueError(f"a rendezvous name is a plain word; got {name!r}")
-        # one byte appended per arrival (O_APPEND writes are atomic): waiting is an fstat,
-        # no transaction of the state, so the waiting ranks do not hold up the others
-        fd = os.open(f"{self.state.path}.meet-{name}",
-                     os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, b"x")
-            deadline = time.monotonic() + timeout
-            while os.fstat(fd).st_size < parties:
-                if time.monotonic() >= deadline:
-                    return False
-                time.sleep(0.001)
-            return True
-        finally:
-            os.close(fd)
+    def rendezvous(self, name: str, parties: int, timeout: float, *,
+                   rank: int | None = None) -> bool:
+        """Arrive at the meeting ``name`` and wait until ``parties`` callers have arrived
+        (True), or ``timeout`` seconds passed (False: a peer that never comes, say one whose
+        build failed, delays the others but never holds them). The ranks of a many-rank
+        scenario meet here before they register, as an engine's ranks start together after
+        their process group forms: so what overlaps in time on a machine (pins of the same
+        shared pages) overlaps here too, however the processes were scheduled up to that
+        point. A caller that gives its ``rank`` is known by it, and a rank below
+        ``parties`` the host's OOM killer took counts as arrived, since it never comes
+        (:class:`~.meetings.Meeting`)."""
+        meeting = self.meeting(name)
+        meeting.arrive(rank)
+        return meeting.wait(timeout, parties=parties)
+
+    def meeting(self, name: str) -> Meeting:
+        """The meeting ``name`` of this host's ranks, to arrive at and wait on apart."""
+        return Meeting(self.state.path, name, self.killed)
 
     # -- host-wide figures ------------------------------------------------------------------
     def totals(self, state: dict[str, Any] | None = None) -> HostTotals:
@@ -282,6 +278,16 @@ class RankMemory:
             r = st["ranks"].setdefault(self._key, _empty_rank())
             r["exited"] = False
             if pid is not None:
+                r["pid"] = pid
+
+    def set_pid(self, pid: int | None) -> None:
+        """The process an OOM kill by another rank sends SIGKILL at once; None: the rank
+        learns it at its next call (:meth:`FakeHost.rank`)."""
+        with self.host.state.change() as st:
+            r = st["ranks"][self._key]
+            if pid is None:
+                r.pop("pid", None)
+            else:
                 r["pid"] = pid
 
     # -- helpers ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from contextlib import AbstractContextManager, ExitStack
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,7 @@ class RankedCudaWorld(CudaWorld):
     def attach(self, place: RankPlace) -> None:
         """Attach the fake to the rank's host memory; map the shared region's buffers."""
         self.place = place
+        self._filled = self._fills_met = False     # the fill's meeting (fill, _fills_ended)
         attach_host(self.fake, place.memory)
         self._maps: list[int] = []
         if place.shared is None:
@@ -84,33 +86,70 @@ class RankedCudaWorld(CudaWorld):
         returned = super().register(impl)
         self.registered_after_register = sum(r.size for r in self.fake.live_registrations())
         if "fill" in self.sc.exercise:
-            # every rank's register has ended before any rank fills (FakeHost.rendezvous):
-            # which rank the OOM killer takes (the most resident) must not depend on how far
-            # a slower peer had got with its pins when a refused rank began to fill
-            from kvreg.harness.ranks.rank_scenario import REGISTER_MEET_S
-
+            # until every rank's fill has ended a rank the OOM killer takes learns it at the
+            # fill's meeting (_fills_ended), not by a SIGKILL from the rank whose fill did not
+            # fit; and every rank's register has ended before any rank fills: which rank the
+            # OOM killer takes (the most resident) must not depend on how far a slower peer
+            # had got with its pins when a refused rank began to fill
+            self.place.memory.set_pid(None)
             self.place.memory.host.rendezvous("registered", self.place.world_size,
-                                              REGISTER_MEET_S)
+                                              _meet_s(), rank=self.place.rank)
         return returned
 
     def fill(self) -> None:
         """The engine's first fill of its pool: every page this rank has not faulted yet
         faults in on the host (a pinned pool is resident already). Where the host cannot
-        hold them the OOM killer takes the rank with the most resident memory, by SIGKILL;
-        a /dev/shm page tmpfs cannot allocate is SIGBUS (docs/host.md §1, §2)."""
-        memory = self.place.memory
+        hold them the OOM killer takes the rank with the most resident memory, by SIGKILL
+        once every rank's fill has ended (:meth:`_fills_ended`); a /dev/shm page tmpfs
+        cannot allocate is SIGBUS (docs/host.md §1, §2). The ranks fill one after another,
+        in rank order: on a real host their faults interleave as the scheduler has it, and
+        which fault finds the memory gone (the kill's message, and where a rank's pages
+        were partly resident its victims) with them; kvreg takes one order, so that the
+        victims are a function of the scenario."""
+        memory, filled = self.place.memory, self.place.memory.host.meeting("filled")
+        filled.wait(_meet_s(), ranks=range(self.place.rank))
         try:
             for buffer in self.buffers:
                 size = int(buffer.numel()) * int(buffer.element_size())
                 if size:
                     memory.touch(int(buffer.data_ptr()), size)
         except OomKilled:
-            os.kill(os.getpid(), signal.SIGKILL)      # the kernel's OOM kill of this rank
+            pass        # the host took this rank: it ends once every rank's fill has ended
         except SigBus:
             signal.signal(signal.SIGBUS, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGBUS)
+        finally:
+            self._filled = True
+            filled.arrive(self.place.rank)
+
+    def begin_teardown(self) -> None:
+        self._fills_ended()
+        super().begin_teardown()
+
+    def _fills_ended(self) -> None:
+        """Wait until every rank's fill has ended (a rank whose register raised fills
+        nothing and arrives here at once). Only then do the host's OOM kills take effect: a
+        victim ends by SIGKILL, and a rank that lives on while a peer is gone waits, as an
+        engine's rank does in its next collective, until kvreg stops it as torchrun's agent
+        would. So the victims are those the host's state names (the most resident when a
+        fill did not fit, mm/oom_kill.c's oom_badness), each reported killed, never one
+        that had returned before a later rank's fill took it."""
+        if "fill" not in self.sc.exercise or self._fills_met:
+            return
+        self._fills_met = True
+        filled, rank = self.place.memory.host.meeting("filled"), self.place.rank
+        if not self._filled:
+            filled.arrive(rank)
+        filled.wait(_meet_s(), parties=self.place.world_size)
+        killed = self.place.memory.host.killed()
+        if rank in killed:
+            os.kill(os.getpid(), signal.SIGKILL)      # the kernel's OOM kill of this rank
+        while killed:           # a peer is gone: stopped by kvreg (or named hung past the
+            time.sleep(1.0)     # ranks' timeout, never a hang)
+        self.place.memory.set_pid(os.getpid())       # a later kill is a SIGKILL at once
 
     def finish(self) -> None:
+        self._fills_ended()       # a run whose call budget ran out in register: no teardown
         super().finish()
         with self.place.memory.host.state.batch():
             for addr in self._maps:      # the rank's mappings close with its pool
@@ -128,6 +167,12 @@ class RankedCudaWorld(CudaWorld):
             "pool_bytes": sum(b.spec.nbytes for b in record.buffers),
             "registered": self.registered_after_register,
         }
+
+
+def _meet_s() -> float:
+    from kvreg.harness.ranks.rank_scenario import MEET_S
+
+    return MEET_S
 
 
 def build_rank(sc: Scenario, impl: Implementation, backend: Any,

@@ -27,16 +27,16 @@ from kvreg.harness.run.targets import get_target
 if TYPE_CHECKING:
     from kvreg.harness.scenario.format import Scenario
 
-__all__ = ["ImplSpec", "implementation", "rank_faults", "run_rank"]
+__all__ = ["MEET_S", "ImplSpec", "implementation", "rank_faults", "run_rank"]
 
 # how a rank gets the implementation: (impl, teardown, style, base) and the run's pinning,
 # or the object itself where it was not loaded from a spec (a test's own)
 ImplSpec = tuple[Any, str | None]
 _LOADED: dict[Any, Implementation] = {}
 
-# how long a rank waits for its peers before its register (a peer that failed to build never
-# comes; the wait is bounded, never a hang)
-REGISTER_MEET_S = 5.0
+# how long a rank waits for its peers where they meet: before its register, after it and
+# after the fill (a peer that failed to build never comes; the wait is bounded, never a hang)
+MEET_S = 5.0
 
 
 def implementation(how: ImplSpec) -> Implementation:
@@ -77,7 +77,7 @@ def run_rank(sc: Scenario, how: ImplSpec, host_path: str, shared: str | None,
         built.append(target.build_rank(mine, impl, "fake", place))
         # every rank's register starts together (FakeHost.rendezvous): a verdict on pins
         # that race must not depend on how the ranks were scheduled while they built
-        host.rendezvous("register", world_size, REGISTER_MEET_S)
+        host.rendezvous("register", world_size, MEET_S, rank=rank)
         return built[0]
 
     result = judge_run(mine, impl, build, keep_trace=keep_trace)

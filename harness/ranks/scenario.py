@@ -146,11 +146,16 @@ def _rank_entry(rank: int, verdict: str, violations: list[Violation],
             **({"reason": reason} if reason else {})}
 
 
-def _died(outcome: RankOutcome, host: FakeHost) -> tuple[str, str]:
-    """(verdict, reason) of a rank that did not return."""
+def _died(outcome: RankOutcome, host: FakeHost, victims: list[int]) -> tuple[str, str]:
+    """(verdict, reason) of a rank that did not return; ``victims``: the ranks the host's
+    OOM killer took, in order."""
     oom = host.killed().get(outcome.rank)
     if oom:
         return "error", f"rank {outcome.rank} was OOM-killed by the host: {oom}"
+    if outcome.kind == "stopped" and outcome.cause in victims:
+        # the victims die together once the ranks' fills ended: whose death kvreg saw first
+        # is their exits' race, so a rank stopped by one names the host's first victim
+        return "error", f"stopped: rank {victims[0]} died"
     if outcome.kind == "raised" and outcome.exc_type not in ("SystemExit",
                                                              "KeyboardInterrupt"):
         # run_rank judges every exception of the code: this one is kvreg's
@@ -169,13 +174,15 @@ def _merge(result: ScenarioResult, sc: Scenario, outcomes: list[RankOutcome],
     oom = [int(e["rank"]) for e in host.events() if e["kind"] == "oom-kill"]
     entries, reasons = [], []
     for outcome in outcomes:
-        if outcome.ok:
+        # a rank the host OOM-killed after it had returned (a peer's fill outlasted the
+        # ranks' meeting after the fill) died all the same: named as the host's victim
+        if outcome.ok and outcome.rank not in oom:
             rank_result, facts = outcome.value
             judged[outcome.rank] = rank_result
             if facts is not None:
                 run.facts[outcome.rank] = facts
             continue
-        verdict, reason = _died(outcome, host)
+        verdict, reason = _died(outcome, host, oom)
         run.dead[outcome.rank] = reason
         entries.append(_rank_entry(outcome.rank, verdict, [], reason))
         # the host's first OOM victim first (its kill made the others'); a rank kvreg

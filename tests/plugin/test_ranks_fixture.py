@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import signal
 import time
 from typing import Any
 
@@ -153,3 +154,63 @@ def test_setup_args_per_rank_and_the_cpu_view(kvreg_ranks: Any) -> None:
 def test_a_lambda_is_refused_with_a_reason(kvreg_ranks: Any) -> None:
     with pytest.raises(ValueError, match="module-level function"):
         kvreg_ranks.run(lambda: None, ranks=1, host={"ram": "1TiB"})
+
+
+# -- a rank kvreg stopped that the host had OOM-killed ------------------------------------------
+
+def oom_kill_a_peer_then_raise(victim: int, size: int) -> str:
+    """Rank ``victim`` faults ``size`` in; then the last rank faults as much in, which the
+    host cannot hold: its OOM killer takes ``victim`` (the most resident), and the last rank
+    raises. The other ranks wait in a barrier that never completes. The victim's watcher
+    (rank_side.py) looks at the host only every ``OOM_POLL_S``, so on a loaded machine kvreg
+    may stop the victim, for the last rank's exception, before its watcher has seen the
+    kill: the victim's view of the host is blinded here to hold that window open."""
+    from kvreg.harness.plugin.rank_side import current
+
+    context = current()
+    rank, last = dist.get_rank(), dist.get_world_size() - 1
+    base = (rank + 1) * TiB
+    if rank == victim:
+        context.memory.touch(base, size)
+        context.host.__dict__["killed"] = dict     # the watcher never sees its kill
+    dist.barrier()
+    if rank == last:
+        context.memory.touch(base, size)
+        raise RuntimeError("the engine gives up")
+    dist.barrier()           # never completes: the last rank raised
+    return "returned"
+
+
+def test_a_rank_stopped_after_the_host_oom_killed_it_is_reported_killed(
+        kvreg_ranks: Any) -> None:
+    """kvreg stopped rank 1 for rank 2's exception, but the host's OOM killer had taken it:
+    the fixture reports it killed by SIGKILL, as the kernel's kill would have ended it
+    (plugin/ranks.py), while rank 0, which the host never killed, stays stopped."""
+    result = kvreg_ranks.run(oom_kill_a_peer_then_raise, ranks=3, host={"ram": "1TiB"},
+                             args=(1, 600 * GiB), check=False)
+    stopped, victim, raised = result.outcomes
+    assert list(result.oom_killed) == [1]
+    assert result.oom_killed[1].startswith("out of memory: ")
+    assert (victim.kind, victim.signal) == ("killed", signal.SIGKILL)
+    assert victim.reason == ("rank 1: the implementation's process was killed by SIGKILL "
+                             f"(the fake host's OOM killer: {result.oom_killed[1]})")
+    assert (stopped.kind, stopped.cause) == ("stopped", 2)
+    assert stopped.reason == "stopped: rank 2 raised RuntimeError"
+    assert (raised.kind, raised.exc_type) == ("raised", "RuntimeError")
+    lines = result.failures()
+    assert lines[1].endswith(f"(the fake host's OOM killer: {result.oom_killed[1]})")
+    assert lines[0] == "stopped: rank 2 raised RuntimeError"
+
+
+def raise_on_the_last_rank() -> None:
+    if dist.get_rank() == dist.get_world_size() - 1:
+        raise RuntimeError("the engine gives up")
+    dist.barrier()           # never completes
+
+
+def test_a_rank_stopped_by_a_peers_failure_stays_stopped(kvreg_ranks: Any) -> None:
+    result = kvreg_ranks.run(raise_on_the_last_rank, ranks=2, host={"ram": "1TiB"},
+                             check=False)
+    assert result.oom_killed == {}
+    assert [o.kind for o in result.outcomes] == ["stopped", "raised"]
+    assert result.outcomes[0].reason == "stopped: rank 1 raised RuntimeError"
