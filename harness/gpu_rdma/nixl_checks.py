@@ -117,18 +117,26 @@ def _raised(c: TraceEntry) -> str:
 
 def _emptied(r: NxRecord, n: NixlNodeRun) -> TraceEntry | None:
     """The register_memory whose refusal left an empty section in the agent's metadata
-    (docs/nixl.md §3.3): of a memory kind the agent holds nothing of, the first one that
-    raised NIXL_ERR_BACKEND (a backend's refusal, or a fault injected there) after the last
-    of that kind that succeeded."""
-    calls = _calls(r, n, ("register_memory",))
-    found = []
-    for kind in ("VRAM", "DRAM"):
-        if n.regs.get(kind):
-            continue
-        mine = [c for c in calls if c.args[1] == f"{kind}_SEG"]
-        ok = max((i for i, c in enumerate(mine) if c.code == 0), default=-1)
-        found += [c for c in mine[ok + 1:] if c.code == BACKEND][:1]
-    return min(found, key=lambda c: c.seq, default=None)
+    (docs/nixl.md §3.3): one that raised NIXL_ERR_BACKEND (a backend's refusal, or a fault
+    injected there) while the agent held nothing of its memory kind, with no registration of
+    that kind since. Sections are replayed from the trace: made by a registration or a
+    refusal, erased by the deregistration that empties them."""
+    held: dict[str, int] = {}                 # memory kind -> descriptors in its section
+    culprit: dict[str, TraceEntry] = {}
+    for c in _calls(r, n, ("register_memory", "deregister_memory")):
+        kind, count = c.args[1], len(c.args[0])
+        if c.api == "register_memory" and c.code == 0:
+            held[kind] = held.get(kind, 0) + count
+            culprit.pop(kind, None)
+        elif c.api == "register_memory" and c.code == BACKEND and kind not in held:
+            held[kind] = 0
+            culprit[kind] = c
+        elif c.api == "deregister_memory" and c.code == 0 and kind in held:
+            held[kind] -= count
+            if held[kind] <= 0:
+                del held[kind]
+                culprit.pop(kind, None)
+    return min(culprit.values(), key=lambda c: c.seq, default=None)
 
 
 def _name(n: NixlNodeRun, addr: int) -> str:
