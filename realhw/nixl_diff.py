@@ -7,7 +7,9 @@ sequence), and two fresh 64 KiB numpy buffers (``a``'s filled from the seed, ``b
 zeroed), kept alive to the end of the run so a registration left behind never meets a later
 buffer. Ops are symbolic (which agent, offsets, lengths, device ids, memory types, which
 earlier handle), so both sides make the same calls whatever their addresses: registrations
-with zero-length, overlapping and duplicate descriptors, as tuples, numpy rows or tensors;
+with zero-length, overlapping and duplicate descriptors, as tuples, numpy rows or tensors,
+and lists with a descriptor UCX refuses (DRAM at address 0), which leave an empty section
+behind when the agent held no DRAM registration (docs/nixl.md §3.3);
 deregistration of returned lists, of lists never registered and twice; metadata loaded,
 reloaded, removed, of garbage or of the agent itself; transfers (``initialize_xfer`` and
 prepared lists with ``make_prepped_xfer``) inside, across and outside registrations, to the
@@ -33,8 +35,8 @@ import numpy as np
 
 from .mooncake_diff import Comparison, Divergence, Op
 
-__all__ = ["BUF", "DIVERGENCES", "NixlComparison", "NixlDifferential", "NixlSide", "Op",
-           "generate", "make_side", "plain", "run_side"]
+__all__ = ["BUF", "DIVERGENCES", "SECTIONS", "SECTIONS_SEED", "NixlComparison",
+           "NixlDifferential", "NixlSide", "Op", "generate", "make_side", "plain", "run_side"]
 
 BUF = 64 * 1024
 OFFSETS = (0, 8, 64, 4096, 8192, 32768)
@@ -42,6 +44,7 @@ REG_SIZES = (0, 1, 64, 4096, 8192, 32768)
 XFER_SIZES = (0, 1, 8, 100, 4096)
 DEVS = (0, 0, 0, 0, 1)
 UNSETTLED = "unsettled"   # the digest once an overlapping loopback copy ran (docs/nixl.md §7)
+NULL_DESC = (0, 4096, 0)   # a descriptor UCX refuses (ucp_mem_map), wherever in the list
 POLL_S = 0.002
 POLLS = 5000
 
@@ -101,10 +104,15 @@ def _xfer_entries(rng: random.Random, n: int) -> tuple[tuple[int, int, int, int]
     return tuple(out)
 
 
-def _register_op(rng: random.Random, who: str) -> Op:
+def _register_op(rng: random.Random, alt: random.Random, who: str) -> Op:
     form = rng.choices(["tuples", "numpy", "tensor", "vram", "no_memtype"],
                        weights=[10, 3, 2, 1, 1])[0]
-    return Op("register", (who, form, _reg_entries(rng)))
+    entries = _reg_entries(rng)
+    # half the lists without a memory type become DRAM lists with a descriptor UCX refuses,
+    # drawn from a stream of their own so the rest of each sequence is as it was
+    if form == "no_memtype" and alt.random() < 0.5:
+        form = "null"
+    return Op("register", (who, form, entries))
 
 
 def _xfer_op(rng: random.Random, name: str) -> Op:
@@ -120,14 +128,14 @@ def _prep_op(rng: random.Random) -> Op:
                        tuple((o, s, d) for o, _, s, d in entries)))
 
 
-def _op(rng: random.Random) -> Op:
+def _op(rng: random.Random, alt: random.Random) -> Op:
     name = rng.choices(
         ["register", "deregister", "dereg_fresh", "load", "reload", "remove", "load_bad",
          "xfer", "keep", "post", "prep", "make", "release_dlist", "unposted_state"],
         weights=[14, 6, 3, 6, 2, 2, 1, 14, 3, 4, 5, 6, 1, 1])[0]
     who = "a" if rng.random() < 0.55 else "b"
     simple: dict[str, Callable[[], Op]] = {
-        "register": lambda: _register_op(rng, who),
+        "register": lambda: _register_op(rng, alt, who),
         "deregister": lambda: Op(name, (who, rng.randrange(8))),
         "dereg_fresh": lambda: Op(name, (who, _reg_entries(rng))),
         "load": lambda: Op(name, (rng.choice(("b", "b", "b", "a")),)),
@@ -146,13 +154,40 @@ def _op(rng: random.Random) -> Op:
     return simple[name]() if name in simple else Op(name, ("b",))
 
 
+# What a refused list leaves (docs/nixl.md §3.3), one fixed sequence: a refusal into no DRAM
+# section (an empty one the next registration fills), one beside a registration (rolled
+# back, the metadata whole), and one after the only DRAM list was deregistered (the section
+# erased, so the refusal leaves an empty one and the peer's loads fail for good).
+SECTIONS_SEED = 999_999
+SECTIONS = (
+    Op("register", ("b", "null", ())),
+    Op("register", ("b", "tuples", ((0, 32768, 0),))),
+    Op("register", ("a", "tuples", ((0, 32768, 0),))),
+    Op("load", ("b",)),
+    Op("xfer", ("WRITE", "b", ((0, 64, 100, 0),), False)),
+    Op("register", ("b", "null", ((32768, 64, 0),))),
+    Op("reload", ("b",)),
+    Op("xfer", ("WRITE", "b", ((0, 32768, 64, 0),), False)),
+    Op("xfer", ("WRITE", "b", ((8, 4096, 8, 0),), False)),
+    Op("register", ("a", "null", ((40000, 8, 0),))),
+    Op("deregister", ("b", 0)),
+    Op("register", ("b", "null", ())),
+    Op("reload", ("b",)),
+    Op("reload", ("b",)),
+    Op("dereg_fresh", ("b", ((0, 64, 0),))),
+)
+
+
 def generate(seed: int, length: int = 40) -> list[Op]:
     """The sequence of ``seed``: both agents register half their buffer and the initiator
-    loads the peer's metadata, then the generated calls."""
-    rng = random.Random(seed)
+    loads the peer's metadata, then the generated calls; :data:`SECTIONS` for
+    :data:`SECTIONS_SEED`, whatever ``length``."""
+    if seed == SECTIONS_SEED:
+        return list(SECTIONS)
+    rng, alt = random.Random(seed), random.Random(-1 - seed)
     ops = [Op("register", ("b", "tuples", ((0, 32768, 0),))),
            Op("register", ("a", "tuples", ((0, 32768, 0),))), Op("load", ("b",))]
-    ops += [_op(rng) for _ in range(length - len(ops))]
+    ops += [_op(rng, alt) for _ in range(length - len(ops))]
     return ops
 
 
@@ -201,6 +236,8 @@ def _register(side: NixlSide, op: Op) -> Any:
     who, form, entries = op.args
     ag = side.agent(who)
     rows = [(side.ptr(who, o), n, d) for o, n, d in entries]
+    if form == "null":         # a DRAM descriptor at address 0 in the list: UCX refuses it
+        rows.insert(len(rows) // 2, NULL_DESC)
     if form == "numpy":
         arg: Any = np.array(rows, dtype=np.uint64).reshape(-1, 3)
         regs = ag.register_memory(arg, "DRAM")

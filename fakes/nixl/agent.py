@@ -95,15 +95,14 @@ class nixlAgent:
         self.config = config
         self.fake = fake
         self.backends: dict[int, str] = {}
+        # a memory type's section, as nixlLocalSection keeps it: a key is there from the
+        # first registration attempt a backend took up until a deregistration empties it
         self.regs: dict[int, list[tuple[int, int, int, bytes]]] = {}
         self.remotes: dict[str, Remote] = {}
         self._epochs: dict[str, int] = {}
         self.prepped: dict[int, Prepped] = {}
         self.xfers: dict[int, Xfer] = {}
         self.notifs: dict[str, list[bytes]] = {}
-        # a registration the backend refused leaves its section behind: the agent's
-        # metadata then fails to load in any peer (NOT_FOUND) [OBS-local, docs/nixl.md §3.3]
-        self.broken_md = False
         # names whose metadata failed to load after UCX took their connection: the agent
         # forgets them, UCX does not, and every later load (even after remove_remote_agent)
         # is INVALID_PARAM [OBS-local]
@@ -143,16 +142,36 @@ class nixlAgent:
         if not self._mem_backends(mem, handles):
             raise_status(S.NIXL_ERR_NOT_FOUND, f"registerMem: no available backends for mem "
                          f"type '{mem.name}'")
-        if mem == nixl_mem_t.VRAM_SEG:
-            bad = self._vram_refused(descs.ranges)
-            if bad is not None:
-                self.broken_md = True
-                raise_status(S.NIXL_ERR_BACKEND, f"nixlUcxContext {self.name}: {bad}; "
-                             "registerMem: registration failed for the specified or all "
-                             "potential backends")
+        bad = self._vram_refused(descs.ranges) if mem == nixl_mem_t.VRAM_SEG else \
+            _null_refused(descs.ranges)
+        if bad is not None:
+            self.refused(mem)
+            raise_status(S.NIXL_ERR_BACKEND, f"nixlUcxContext {self.name}: {bad}; "
+                         "registerMem: registration failed for the specified or all "
+                         "potential backends")
         # overlapping, duplicate and zero-length descriptors are all taken [OBS-local]
         self.regs.setdefault(int(mem), []).extend(descs[i] for i in range(descs.descCount()))
         return S.NIXL_SUCCESS
+
+    def refused(self, mem: nixl_mem_t) -> None:
+        """What a backend's refusal of one descriptor of a list leaves: none of the list
+        registered (the ones before it are deregistered again), and the section of its
+        memory type made if there was none. An empty section makes the agent's metadata
+        unloadable until a registration fills it or a deregistration empties it away
+        [verified: nixlLocalSection::addDescList, serialize, loadRemoteData; OBS-local,
+        docs/nixl.md §3.3]."""
+        self.regs.setdefault(int(mem), [])
+
+    def register_failed(self, descs: Any, handles: Sequence[int], status: int) -> None:
+        """The state a registerMem that failed with ``status`` leaves, for a fault injected
+        there (it stands for such a failure): NIXL_ERR_BACKEND is the backends' refusal
+        (:meth:`refused`); registerMem returns no other failure once a backend took the list
+        up (NIXL_ERR_NOT_FOUND: no backend for the memory type), so any other leaves all as
+        it was [verified: nixlAgent::registerMem]."""
+        if status != S.NIXL_ERR_BACKEND or not isinstance(descs, nixlRegDList):
+            return
+        if self._mem_backends(descs.getType(), handles):
+            self.refused(descs.getType())
 
     def _vram_refused(self, ranges: Sequence[Range]) -> str | None:
         if self.fake.profile.vram == "host-ucx" or self.fake.gpu is None:
@@ -173,10 +192,10 @@ class nixlAgent:
         if len(set(descs.ranges)) < descs.descCount():
             raise NixlCrash("deregisterMem with one descriptor twice in the list: the real "
                             "agent dies (SIGSEGV) whatever is registered (docs/nixl.md §3.2)")
-        held = self.regs.get(mem, [])
-        if not held:
+        if mem not in self.regs:        # no section: no backend holds this memory type
             raise_status(S.NIXL_ERR_NOT_FOUND, f"deregisterMem: no available backends for "
                          f"mem type '{nixl_mem_t(mem).name}'")
+        held = self.regs[mem]
         # a descriptor matches on (addr, len, devID), metaInfo ignored; one that matches
         # nothing fails the call and none of the list is deregistered [OBS-local]
         left = list(held)
@@ -187,8 +206,17 @@ class nixlAgent:
                              "at least one backend with status NIXL_ERR_NOT_FOUND")
             else:
                 del left[hit]
-        self.regs[mem] = left
+        # a section its deregistration empties is erased [verified: remDescList]
+        if left:
+            self.regs[mem] = left
+        else:
+            del self.regs[mem]
         return S.NIXL_SUCCESS
+
+    @property
+    def broken_md(self) -> bool:
+        """An empty section: the metadata holds it and no peer can load it (NOT_FOUND)."""
+        return any(not rs for rs in self.regs.values())
 
     def ranges(self, mem: int) -> list[Range]:
         return [(a, n, d) for a, n, d, _ in self.regs.get(int(mem), [])]
@@ -196,7 +224,7 @@ class nixlAgent:
     # -- metadata -------------------------------------------------------------------------------
     def getLocalMD(self) -> bytes:
         body = {"name": self.name, "broken": self.broken_md,
-                "regs": {str(m): self.ranges(m) for m in self.regs if self.regs[m]}}
+                "regs": {str(m): self.ranges(m) for m in self.regs}}
         return MD_TAG + self.name.encode() + b"|kvreg|" + json.dumps(body).encode()
 
     def loadRemoteMD(self, metadata: Any) -> bytes:
@@ -417,6 +445,15 @@ class nixlAgent:
         if peer is not None:
             peer.notifs.setdefault(self.name, []).append(bytes(msg))
         return S.NIXL_SUCCESS
+
+
+def _null_refused(ranges: Sequence[Range]) -> str | None:
+    """UCX maps no DRAM range at address 0 of a nonzero length (ucp_mem_map: "undefined
+    address with nonzero length requires UCP_MEM_MAP_ALLOCATE flag"); a zero-length one is
+    taken [OBS-local, docs/nixl.md §3]."""
+    if any(addr == 0 and length for addr, length, _dev in ranges):
+        return "failed to ucp_mem_map: Invalid parameter"
+    return None
 
 
 def _REMOTE_MEMS(agent: nixlAgent, name: str) -> set[int]:

@@ -70,10 +70,12 @@ class nixl_agent_config:
         self.sync_mode = sync_mode
 
 
-class nixl_prepped_dlist_handle:
-    """A prepared descriptor list; ``release()`` twice is a no-op, as the real one."""
+class _handle:
+    """A handle of the agent that ``release()`` gives back once, through the agent method
+    named by ``_RELEASE``; ``release()`` twice is a no-op, as on the real classes."""
 
     __slots__ = ("_agent", "_handle", "_released")
+    _RELEASE: ClassVar[str]
 
     def __init__(self, agent: nixlAgent, value: int) -> None:
         self._handle = int(value)
@@ -81,31 +83,26 @@ class nixl_prepped_dlist_handle:
         self._released = False
 
     def __repr__(self) -> str:
-        return f"nixl_prepped_dlist_handle(0x{self._handle:x}, released={self._released})"
+        return f"{type(self).__name__}(0x{self._handle:x}, released={self._released})"
 
     def release(self) -> None:
         if not self._released:
-            self._agent.releasedDlistH(self._handle)
+            getattr(self._agent, self._RELEASE)(self._handle)
             self._released = True
 
 
-class nixl_xfer_handle:
-    """A transfer request; ``release()`` twice is a no-op, as the real one."""
+class nixl_prepped_dlist_handle(_handle):
+    """A prepared descriptor list."""
 
-    __slots__ = ("_agent", "_handle", "_released")
+    __slots__ = ()
+    _RELEASE = "releasedDlistH"
 
-    def __init__(self, agent: nixlAgent, value: int) -> None:
-        self._handle = int(value)
-        self._agent = agent
-        self._released = False
 
-    def __repr__(self) -> str:
-        return f"nixl_xfer_handle(0x{self._handle:x}, released={self._released})"
+class nixl_xfer_handle(_handle):
+    """A transfer request."""
 
-    def release(self) -> None:
-        if not self._released:
-            self._agent.releaseXferReq(self._handle)
-            self._released = True
+    __slots__ = ()
+    _RELEASE = "releaseXferReq"
 
 
 def _is_tensor(obj: object) -> bool:
@@ -154,12 +151,17 @@ class nixl_agent:
         fake.agent_objects.append(self)
 
     # -- plumbing ---------------------------------------------------------------------------
-    def _call(self, api: str, args: tuple[Any, ...], body: Callable[[], Any]) -> Any:
-        """Run ``body`` through the fault plan, recording its end in the trace."""
+    def _call(self, api: str, args: tuple[Any, ...], body: Callable[[], Any],
+              leaves: Callable[[int], None] | None = None) -> Any:
+        """Run ``body`` through the fault plan, recording its end in the trace; ``leaves``
+        gives the agent the state a real failure of that status leaves before an injected
+        one is raised."""
         fake = self.fake
         injected = fake.check_fault(f"nixl.{api}", self.face, api, args)
         try:
             if injected is not None:
+                if leaves is not None:
+                    leaves(injected)
                 raise_status(injected, f"injected by kvreg's fault plan at nixl.{api}")
             result = body()
         except NixlError as exc:
@@ -249,7 +251,8 @@ class nixl_agent:
         descs = self.get_reg_descs(reg_list, mem_type)
         handles = self._handles(list(backends or []))
         args = (_ranges(descs), _mem(descs))
-        self._call("register_memory", args, lambda: self.agent.registerMem(descs, handles))
+        self._call("register_memory", args, lambda: self.agent.registerMem(descs, handles),
+                   lambda code: self.agent.register_failed(descs, handles, code))
         return descs  # type: ignore[return-value]
 
     def deregister_memory(self, dereg_list: nixlRegDList,

@@ -4,7 +4,8 @@
 Where NIXL differs, the reading differs: the agent raises (a ``nixlBind`` status exception)
 instead of returning a code, so "a registration failure dropped" is an exception swallowed;
 it takes overlapping and zero-length descriptors, so ``batch-entry-invalid`` has no NIXL
-reading; a failed registration leaves the agent's metadata unloadable in every peer, which
+reading; a registration a backend refused (or a fault injected there) leaves the agent's
+metadata unloadable in every peer while the agent holds nothing of that memory kind, which
 the transfers then show; a deregistration that matches no live registration raises
 NIXL_ERR_NOT_FOUND, and one with a descriptor twice kills the real process. These functions
 are declared for the target with the registry's decorator and find nothing in an engine's
@@ -39,6 +40,7 @@ from .transfers import TransferFailure
 __all__ = ["NixlNodeRun", "NxRecord", "check_nixl_run", "nixl_warnings"]
 
 NOT_FOUND = int(nixl_status_t.NIXL_ERR_NOT_FOUND)
+BACKEND = int(nixl_status_t.NIXL_ERR_BACKEND)
 CRASH = "NixlCrash"
 Range = tuple[int, int, int]
 Check = Callable[["NxRecord"], list[Violation]]
@@ -113,6 +115,30 @@ def _raised(c: TraceEntry) -> str:
         str(c.result)
 
 
+def _emptied(r: NxRecord, n: NixlNodeRun) -> TraceEntry | None:
+    """The register_memory whose refusal left an empty section in the agent's metadata
+    (docs/nixl.md §3.3): one that raised NIXL_ERR_BACKEND (a backend's refusal, or a fault
+    injected there) while the agent held nothing of its memory kind, with no registration of
+    that kind since. Sections are replayed from the trace: made by a registration or a
+    refusal, erased by the deregistration that empties them."""
+    held: dict[str, int] = {}                 # memory kind -> descriptors in its section
+    culprit: dict[str, TraceEntry] = {}
+    for c in _calls(r, n, ("register_memory", "deregister_memory")):
+        kind, count = c.args[1], len(c.args[0])
+        if c.api == "register_memory" and c.code == 0:
+            held[kind] = held.get(kind, 0) + count
+            culprit.pop(kind, None)
+        elif c.api == "register_memory" and c.code == BACKEND and kind not in held:
+            held[kind] = 0
+            culprit[kind] = c
+        elif c.api == "deregister_memory" and c.code == 0 and kind in held:
+            held[kind] -= count
+            if held[kind] <= 0:
+                del held[kind]
+                culprit.pop(kind, None)
+    return min(culprit.values(), key=lambda c: c.seq, default=None)
+
+
 def _name(n: NixlNodeRun, addr: int) -> str:
     for e in n.entries:
         if e.ptr <= addr < e.ptr + max(e.nbytes, 1):
@@ -137,7 +163,8 @@ def check_swallowed(r: NxRecord) -> list[Violation]:
         failed = [c for c in _registers(r, n) if _failed(c)]
         if n.registered and missing and failed:
             c = failed[0]
-            poisoned = any(m.owner == n.node for m in r.metadata_failures)
+            poisoned = _emptied(r, n) is not None and any(
+                m.owner == n.node for m in r.metadata_failures)
             out.append(Violation(
                 "registration-failure-dropped",
                 f"{n.node}: {_text(n, c)} raised {_raised(c)} and register returned normally "
@@ -242,10 +269,12 @@ def check_transfers(r: NxRecord) -> list[Violation]:
     out = []
     for m in r.metadata_failures:
         n = next(x for x in r.nodes if x.node == m.owner)
-        bad = [c for c in _calls(r, n, ("register_memory",)) if _failed(c)]
-        why = (f"{m.owner}'s {_text(n, bad[0])} raised {_raised(bad[0])} (seq {bad[0].seq}): a "
-               "failed registration leaves the agent's metadata unloadable, whatever was "
-               "registered after it (docs/nixl.md §3.3)" if bad else
+        bad = _emptied(r, n)
+        kind = bad.args[1].replace("_SEG", "") if bad is not None else ""
+        why = (f"{m.owner}'s {_text(n, bad)} raised {_raised(bad)} (seq {bad.seq}): the "
+               f"refused registration left an empty {kind} section in the agent's metadata, "
+               f"which no peer loads while the agent holds no {kind} registration "
+               "(docs/nixl.md §3.3)" if bad is not None else
                f"{m.owner}'s metadata is refused")
         out.append(Violation(
             "transfer-unregistered", f"add_remote_agent of {m.owner}'s metadata on {m.loader} "

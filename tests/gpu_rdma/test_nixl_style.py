@@ -4,6 +4,7 @@ catches a broken implementation, and correct ones written differently pass the n
 
 from __future__ import annotations
 
+import dataclasses
 from functools import cache
 from pathlib import Path
 
@@ -107,20 +108,67 @@ def test_a_forgotten_dram_buffer_fails_at_prep_xfer_dlist() -> None:
                for m in found)
 
 
-def test_a_swallowed_failure_names_the_call_that_raised_at_the_transfer() -> None:
-    found = [v.message for v in run("nixl_swallows",
-                                    "gpu_rdma/nixl_faults/first-register-fails").violations
-             if v.rule == "transfer-unregistered"]
-    # one per latent (18 KiB pages: 16 tokens x 576 x bf16)
+def _refused_at(nth: int) -> Scenario:
+    """first-register-fails with the injected NIXL_ERR_BACKEND at the nth register_memory."""
+    sc = CATALOG["gpu_rdma/nixl_faults/first-register-fails"]
+    return dataclasses.replace(sc, faults=({**sc.faults[0], "nth": nth},))
+
+
+def test_an_injected_refusal_poisons_the_metadata_as_a_backends_refusal_does() -> None:
+    # prefill's VRAM list is refused by the fault plan and the failure swallowed: prefill
+    # holds no VRAM, so its metadata keeps an empty VRAM section and decode cannot load it
+    # (docs/nixl.md §3.3), named at the injected refusal as vram-across-mappings names UCX's
+    result = run("nixl_swallows", "gpu_rdma/nixl_faults/first-register-fails")
+    assert [v.rule for v in result.violations] == ["registration-failure-dropped",
+                                                   "transfer-unregistered"]
+    assert "metadata no longer loads in its peer" in result.violations[0].message
+    assert result.violations[1].message == (
+        "add_remote_agent of prefill's metadata on decode raised NIXL_ERR_NOT_FOUND, so no "
+        "transfer between them can be prepared: prefill's register_memory([kv0, kv1, kv2, "
+        "kv3], VRAM) raised NIXL_ERR_BACKEND (seq 0): the refused registration left an empty "
+        "VRAM section in the agent's metadata, which no peer loads while the agent holds no "
+        "VRAM registration (docs/nixl.md §3.3)")
+    lines = (result.trace_text or "").splitlines()
+    assert not any("prep_xfer_dlist" in line for line in lines)
+
+
+def test_a_refusal_beside_registered_memory_of_its_kind_fails_only_the_transfers() -> None:
+    # per buffer, the second (kv1) refused after kv0 registered: the VRAM section keeps
+    # kv0, the metadata loads, and the WRITE of kv1 fails, named at its registration
+    result = run_scenario(_refused_at(2), impl("nixl_swallows_per_buffer"), keep_trace=True)
+    rules = [v.rule for v in result.violations]
+    assert rules == ["registration-failure-dropped", "transfer-unregistered"], rules
+    assert "no longer loads" not in result.violations[0].message
+    assert result.violations[1].message.startswith(
+        "the NIXL WRITE of kv1 page 0 failed (NIXL_ERR_NOT_FOUND): prefill's kv1+0x0")
+    assert "register_memory([kv1], VRAM) (seq 1) named it and raised NIXL_ERR_BACKEND" in \
+        result.violations[1].message
+
+
+def test_a_swallowed_failure_no_backend_took_names_the_call_at_the_transfer() -> None:
+    # NIXL_ERR_NOT_FOUND is raised before any backend takes the list: no section, decode's
+    # metadata loads, and each latent's WRITE fails at decode (18 KiB pages: 16 x 576 x bf16)
+    result = run("nixl_swallows", "gpu_rdma/nixl_faults/third-register-fails")
+    found = [v.message for v in result.violations if v.rule == "transfer-unregistered"]
     assert len(found) == 4
-    assert "prefill's kv0+0x0 (18432 bytes) is in no registered descriptor; register_memory(" \
-        "[kv0, kv1, kv2, kv3], VRAM) (seq 0) named it and raised NIXL_ERR_BACKEND" in found[0]
+    assert "decode's kv0+0x0 (18432 bytes) is in no registered descriptor; register_memory(" \
+        "[kv0, kv1, kv2, kv3], VRAM) (seq 2) named it and raised NIXL_ERR_NOT_FOUND" in found[0]
+    assert "no longer loads" not in result.violations[0].message
+
+
+def test_correct_implementations_pass_a_refusal_at_any_registration() -> None:
+    # raising and rolling back leaves no section behind that poisons anything
+    for name in ("nixl_per_kind", "nixl_per_buffer", "nixl_per_group"):
+        for nth in (1, 2, 3):
+            result = run_scenario(_refused_at(nth), impl(name))
+            assert result.verdict == "pass", (name, nth, [v.as_dict() for v in
+                                                          result.violations])
 
 
 def test_a_refused_vram_registration_poisons_the_agents_metadata() -> None:
-    # the backend refused the VRAM list (the tensors cross VMM mappings): the agent's
-    # metadata then fails to load in the peer (NOT_FOUND), so nothing can be prepared,
-    # whatever was registered after it (docs/nixl.md §3.3)
+    # the backend refused the VRAM list (the tensors cross VMM mappings): the agent holds
+    # no VRAM, so its metadata fails to load in the peer (NOT_FOUND) and nothing can be
+    # prepared (docs/nixl.md §3.3)
     result = run("nixl_swallows", "gpu_rdma/nixl_faults/vram-across-mappings")
     rules = [v.rule for v in result.violations]
     assert rules == ["registration-failure-dropped", "registration-failure-dropped",
@@ -129,7 +177,7 @@ def test_a_refused_vram_registration_poisons_the_agents_metadata() -> None:
     md = result.violations[2].message
     assert md.startswith("add_remote_agent of decode's metadata on prefill raised "
                          "NIXL_ERR_NOT_FOUND")
-    assert "a failed registration leaves the agent's metadata unloadable" in md
+    assert "the refused registration left an empty VRAM section" in md
     lines = (result.trace_text or "").splitlines()
     assert not any("prep_xfer_dlist" in line for line in lines)
 

@@ -10,7 +10,15 @@ import pytest
 
 from kvreg.fakes.nixl import FakeNixl, agent, sections
 from kvreg.fakes.nixl.api import nixl_agent_config
-from kvreg.realhw.nixl_diff import NixlDifferential, generate, make_side, plain, run_side
+from kvreg.realhw.nixl_diff import (
+    SECTIONS,
+    SECTIONS_SEED,
+    NixlDifferential,
+    generate,
+    make_side,
+    plain,
+    run_side,
+)
 
 SEEDS = range(24)
 LENGTH = 40
@@ -30,7 +38,7 @@ def test_sequences_are_deterministic_and_varied() -> None:
                      "unposted_state"}
     forms = {op.args[1] for seed in SEEDS for op in generate(seed, LENGTH)
              if op.name == "register"}
-    assert forms == {"tuples", "numpy", "tensor", "vram", "no_memtype"}
+    assert forms == {"tuples", "numpy", "tensor", "vram", "no_memtype", "null"}
 
 
 def test_the_fake_agrees_with_itself() -> None:
@@ -58,3 +66,19 @@ def test_a_fake_that_looks_registrations_up_otherwise_is_caught(
         diff.add(seed, LENGTH, real[seed])
     assert diff.result.unexplained, "the naive lookup agreed everywhere"
     assert "NIXL_ERR_NOT_FOUND" in diff.result.unexplained[0]
+
+
+def test_a_fake_whose_refusals_leave_no_section_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the fixed sequence of refused lists (docs/nixl.md §3.3) holds the sections a refusal
+    # leaves: a model where it leaves nothing behind loads the peer it must not
+    assert generate(SECTIONS_SEED, LENGTH) == list(SECTIONS)
+    real = _results("ucx-host", SECTIONS_SEED)
+    diff = NixlDifferential("ucx-host")
+    diff.add(SECTIONS_SEED, len(SECTIONS), real)
+    assert diff.result.unexplained == []
+    monkeypatch.setattr(agent.nixlAgent, "refused", lambda self, mem: None)
+    broken = NixlDifferential("ucx-host")
+    broken.add(SECTIONS_SEED, len(SECTIONS), real)
+    assert broken.result.unexplained, "a refusal that leaves no section agreed"
+    assert "NIXL_ERR_NOT_FOUND" in broken.result.unexplained[0]

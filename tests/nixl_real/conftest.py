@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from kvreg.realhw.nixl_diff import SECTIONS_SEED
 from kvreg.realhw.nixl_real import run_real, tier_reason
 
 from ..helpers.nixl_pair import LENGTH, SEEDS
@@ -42,9 +43,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.fixture(scope="session")
 def real_run() -> dict[str, Any] | None:
-    """The real agents' results for every seed and the child's sockets (one child for the
-    session; None where the tier does not run: the test then fails under
-    --kvreg-require-hw)."""
+    """The real agents' results for every seed (the differential's and the fixed sequence
+    of refused lists) and the child's sockets (one child for the session; None where the
+    tier does not run: the test then fails under --kvreg-require-hw)."""
     if tier_reason():
         return None
-    return run_real(list(SEEDS), LENGTH)
+    return run_real([*SEEDS, SECTIONS_SEED], LENGTH)

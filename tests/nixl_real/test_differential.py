@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from kvreg.realhw.nixl_diff import DIVERGENCES, NixlDifferential
+from kvreg.realhw.nixl_diff import DIVERGENCES, SECTIONS, SECTIONS_SEED, NixlDifferential
 
 from ..helpers.nixl_pair import LENGTH, SEEDS
 
@@ -41,3 +41,21 @@ def test_every_call_agrees_or_is_named(real_run: dict[str, Any] | None,
                if r[0] == "done" and r[1] == "DONE")
     print(result.summary(), f"{done} transfers DONE", dict(sorted(result.by_call.items())))
     assert done >= 20
+
+
+def test_a_refused_list_leaves_what_the_real_agent_leaves(
+        real_run: dict[str, Any] | None) -> None:
+    # docs/nixl.md §3.3: a refusal into no DRAM section leaves an empty one that the next
+    # registration fills; beside a registration it is rolled back and the metadata stays
+    # whole; after the only list was deregistered the peer's reloads fail for good
+    assert real_run is not None
+    real = real_run["results"][str(SECTIONS_SEED)]
+    diff = NixlDifferential("ucx-host")
+    result = diff.add(SECTIONS_SEED, len(SECTIONS), real)
+    assert result.unexplained == [], "\n\n".join(result.unexplained)
+    assert result.calls == result.agreeing == len(SECTIONS)
+    outcomes = [r[1] if r[0] == "raise" else r[0] for r in real]
+    assert outcomes == [
+        "nixlBackendError", "ok", "ok", "ok", "done", "nixlBackendError", "ok",
+        "nixlNotFoundError", "done", "nixlBackendError", "ok", "nixlBackendError",
+        "nixlNotFoundError", "nixlInvalidParamError", "nixlNotFoundError"], real

@@ -79,7 +79,8 @@ def test_one_list_per_memory_type_dram_first_and_released(node: Any) -> None:
 def test_a_refused_registration_propagates_and_leaves_the_earlier_list(node: Any) -> None:
     # register_memory raises (NIXL returns no code) and vLLM catches nothing: the worker's
     # init fails. The DRAM list registered just before stays registered (no rollback:
-    # docs/real-code-trials.md §11 judges it)
+    # docs/real-code-trials.md §11 judges it), and the refused VRAM list, the agent's first,
+    # leaves an empty VRAM section: a peer can no longer load its metadata (docs/nixl.md §3.3)
     cuda, fake, agent = node
     caches = _caches(cuda, 2)
     aux = fake.node.space.reserve(1 << 16, name="aux")
@@ -89,6 +90,8 @@ def test_a_refused_registration_propagates_and_leaves_the_earlier_list(node: Any
     with pytest.raises(NixlError, match="NIXL_ERR_BACKEND"):
         w.register_kv_caches(caches)
     assert [(r.mem, r.addr) for r in fake.live()] == [("DRAM_SEG", aux)]
+    with pytest.raises(NixlError, match="NIXL_ERR_NOT_FOUND"):
+        fake.agent("prefill").add_remote_agent(agent.get_agent_metadata())
 
 
 def test_mixed_memory_types_are_refused_for_an_mha_model(node: Any) -> None:
