@@ -4,8 +4,9 @@ One question per function, over a :class:`~kvreg.fakes.cuda.cuda_driver.FakeDriv
 allocation holds a device pointer (a ``cudaMalloc`` block or a VMM mapping), what
 ``cuMemGetAddressRange`` and ``cuPointerGetAttribute`` answer for it, the dma-buf fd
 ``cuMemGetHandleForAddressRange`` exports, and the BAR1 space GPUDirect RDMA takes, through
-nvidia-peermem or a dma-buf an RDMA device maps. The RDMA fake reaches device memory only through :class:`GpuMemory`, so a NIC
-of a node with a GPU attached sees the same allocations the code under test made.
+nvidia-peermem or a dma-buf an RDMA device maps. The RDMA fake reaches device memory only
+through :class:`GpuMemory`, so a NIC of a node with a GPU attached sees the same allocations
+the code under test made.
 """
 
 from __future__ import annotations
