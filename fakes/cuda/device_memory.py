@@ -3,9 +3,10 @@
 One question per function, over a :class:`~kvreg.fakes.cuda.cuda_driver.FakeDriver`: which
 allocation holds a device pointer (a ``cudaMalloc`` block or a VMM mapping), what
 ``cuMemGetAddressRange`` and ``cuPointerGetAttribute`` answer for it, the dma-buf fd
-``cuMemGetHandleForAddressRange`` exports, and the BAR1 space GPUDirect RDMA pins through
-nvidia-peermem. The RDMA fake reaches device memory only through :class:`GpuMemory`, so a NIC
-of a node with a GPU attached sees the same allocations the code under test made.
+``cuMemGetHandleForAddressRange`` exports, and the BAR1 space GPUDirect RDMA takes, through
+nvidia-peermem or a dma-buf an RDMA device maps. The RDMA fake reaches device memory only
+through :class:`GpuMemory`, so a NIC of a node with a GPU attached sees the same allocations
+the code under test made.
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ def export_dmabuf(driver: FakeDriver, ptr: int, size: int, handle_type: int,
 
 class GpuMemory:
     """What the RDMA fake asks of a node's GPUs: the allocation behind an address, and the
-    BAR1 space GPUDirect RDMA through nvidia-peermem pins (docs/cuda-runtime.md §14.4)."""
+    BAR1 space GPUDirect RDMA takes through nvidia-peermem or a mapped dma-buf, one account
+    per device (docs/cuda-runtime.md §14.4, §14.5)."""
 
     def __init__(self, driver: FakeDriver) -> None:
         self.driver = driver
@@ -120,21 +122,45 @@ class GpuMemory:
         """What nvidia-peermem pinning ``[ptr, ptr+length)`` for an MR would do: (errno,
         device, BAR1 bytes), charging nothing. The range lies in one allocation GPUDirect
         RDMA may pin (a VMM allocation made without gpuDirectRDMACapable may not [DOC]);
-        BAR1 takes whole 64 KiB GPU pages, and past its usable size the MR fails."""
+        BAR1 takes whole 64 KiB GPU pages, and past its usable size the MR fails with the
+        profile's ``bar1_exhausted_errno``."""
+        d = self.driver
+        rng = device_range(d, ptr)
+        if not d.profile.peermem or rng is None or ptr + length > rng.end or \
+                not rng.rdma_capable:
+            return errno.EFAULT, -1, 0
+        return self._bar1_check(rng.device, ptr, length, d.profile.bar1_exhausted_errno)
+
+    def dmabuf_check(self, export: dmabuf.DmaBufExport) -> tuple[int, int, int]:
+        """What an RDMA device mapping a dma-buf this GPU exported would do: (errno, device,
+        BAR1 bytes), charging nothing; (0, -1, 0) for a dma-buf not of this GPU's memory.
+
+        The exporter maps the whole dma-buf through BAR1 when an importer maps it
+        (``nv-dmabuf.c`` ``nv_dma_buf_map`` -> ``rm_dma_buf_map_mem_handle``), and
+        ``ib_umem_dmabuf_map_pages`` maps the whole attachment before trimming it to the
+        MR; a failed map is NULL, which ``dma_buf_map_attachment`` turns into ENOMEM
+        (docs/cuda-runtime.md §14.5 [INF])."""
+        rng = device_range(self.driver, export.base) if self.owns(export.base) else None
+        if rng is None or export.exporter != f"cuda:{rng.device}":
+            return 0, -1, 0
+        return self._bar1_check(rng.device, export.base, export.size, errno.ENOMEM)
+
+    def _bar1_check(self, device: int, ptr: int, length: int,
+                    exhausted: int) -> tuple[int, int, int]:
+        """(errno, device, bytes) of mapping ``[ptr, ptr+length)`` of ``device`` through its
+        BAR1, in whole 64 KiB GPU pages: ``exhausted`` past the usable size
+        (``bar1_size - bar1_reserved``), charging nothing (docs/cuda-runtime.md §14.4)."""
         d = self.driver
         p = d.profile
-        rng = device_range(d, ptr)
-        if not p.peermem or rng is None or ptr + length > rng.end or not rng.rdma_capable:
-            return errno.EFAULT, -1, 0
         first = ptr // GPU_PAGE * GPU_PAGE
         pinned = -(-(ptr + length) // GPU_PAGE) * GPU_PAGE - first
         with d.lock:
-            used = d.bar1_used.get(rng.device, 0)
+            used = d.bar1_used.get(device, 0)
         if used + pinned > p.bar1_size - p.bar1_reserved:
-            return p.bar1_exhausted_errno, -1, 0
-        return 0, rng.device, pinned
+            return exhausted, -1, 0
+        return 0, device, pinned
 
-    def peer_charge(self, device: int, nbytes: int) -> None:
+    def bar1_charge(self, device: int, nbytes: int) -> None:
         """Take (or, negative, give back) BAR1 bytes of ``device``."""
         with self.driver.lock:
             self.driver.bar1_used[device] = self.driver.bar1_used.get(device, 0) + nbytes

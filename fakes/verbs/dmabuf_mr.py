@@ -102,7 +102,8 @@ def reg_dmabuf_errno(nic: Nic, offset: int, length: int, iova: int, fd: int,
     provider has none), uverbs (offset and iova in the same place of a page; only five
     access bits; ``ib_check_mr_access``), ``ib_umem_dmabuf_get`` (``umem_dmabuf.c``: an
     overflowing end, ``dma_buf_get``'s EBADF / EINVAL, a dma-buf shorter than offset +
-    length, no pages), then the device's MR table (``max_mr``)."""
+    length, no pages; mapping it: ENOMEM where a GPU's dma-buf does not fit its BAR1,
+    docs/cuda-runtime.md §14.5), then the device's MR table (``max_mr``)."""
     if not nic.profile.dmabuf_supported:
         return errno.EOPNOTSUPP
     if offset % PAGE_SIZE != iova % PAGE_SIZE or access & ~_DMABUF_ACCESS:
@@ -117,9 +118,19 @@ def reg_dmabuf_errno(nic: Nic, offset: int, length: int, iova: int, fd: int,
         return found
     if found.size < offset + length or length == 0:
         return errno.EINVAL
+    code = _bar1(nic, found)[0]
+    if code:
+        return code
     if len(nic.live_mrs()) >= int(nic.attr["max_mr"]):
         return nic.profile.mr_exhausted_errno
     return 0
+
+
+def _bar1(nic: Nic, export: dmabufs.DmaBufExport) -> tuple[int, int, int]:
+    """(errno, device, BAR1 bytes) of mapping ``export`` for an MR of ``nic``: the node's
+    GPU maps a dma-buf of its memory through BAR1 whole; other dma-bufs take none."""
+    gpu = nic.node.gpu
+    return (0, -1, 0) if gpu is None else gpu.dmabuf_check(export)
 
 
 def reg_dmabuf(nic: Nic, pd_id: int, offset: int, length: int, iova: int, fd: int,
@@ -138,9 +149,13 @@ def reg_dmabuf(nic: Nic, pd_id: int, offset: int, length: int, iova: int, fd: in
                                f"access flags: {access}", code)
     key = nic.new_key()
     found = dmabufs.lookup(fd)
-    host = found.host + offset - iova if isinstance(found, dmabufs.DmaBufExport) and \
-        found.host else 0
+    export = found if isinstance(found, dmabufs.DmaBufExport) else None
+    host = export.host + offset - iova if export is not None and export.host else 0
+    _, gpu_device, gpu_bytes = _bar1(nic, export) if export is not None else (0, -1, 0)
+    if gpu_bytes and nic.node.gpu is not None:
+        nic.node.gpu.bar1_charge(gpu_device, gpu_bytes)    # given back in Nic.release
     rec = nic.adopt(MrRecord(nic, pd_id, iova, length, access, key, key, 0, owner,
+                             gpu_device=gpu_device, gpu_bytes=gpu_bytes,
                              dmabuf_fd=fd, host_delta=host))
     nic.node.fabric.trace.append(nic.face, "reg_dmabuf_mr", args, 0, key, False)
     return rec

@@ -30,6 +30,8 @@ from .profiles import NicProfile
 if TYPE_CHECKING:
     import torch
 
+    from ..dmabuf import DmaBufExport
+
 __all__ = ["PAGE_SIZE", "REAL_ALLOC_LIMIT", "FabricLike", "GpuLike", "LiveMR", "MrRecord", "Nic",
            "Node", "Port"]
 
@@ -41,7 +43,8 @@ REAL_ALLOC_LIMIT = 256 << 20
 
 class GpuLike(Protocol):
     """A node's GPUs as its NICs see them (kvreg.fakes.cuda.device_memory.GpuMemory):
-    whether an address is device memory, and what nvidia-peermem does pinning it."""
+    whether an address is device memory, what nvidia-peermem does pinning it, what mapping
+    a dma-buf of it does, and the BAR1 account both charge."""
 
     @property
     def peermem(self) -> bool: ...
@@ -50,7 +53,9 @@ class GpuLike(Protocol):
 
     def peer_check(self, ptr: int, length: int) -> tuple[int, int, int]: ...
 
-    def peer_charge(self, device: int, nbytes: int) -> None: ...
+    def dmabuf_check(self, export: DmaBufExport) -> tuple[int, int, int]: ...
+
+    def bar1_charge(self, device: int, nbytes: int) -> None: ...
 
 
 class FabricLike(Protocol):
@@ -97,7 +102,8 @@ class MrRecord:
     npages: int        # pages charged to RLIMIT_MEMLOCK (0 for on-demand paging)
     owner: str         # "pyverbs" or "mooncake"
     live: bool = True
-    # device memory pinned through nvidia-peermem: the GPU and the BAR1 bytes it holds
+    # device memory mapped through BAR1 (nvidia-peermem, or a dma-buf of the node's GPU):
+    # the GPU and the BAR1 bytes it holds until the MR is released
     gpu_device: int = -1
     gpu_bytes: int = 0
     dmabuf_fd: int = -1   # ibv_reg_dmabuf_mr: the dma-buf it imported
@@ -209,7 +215,7 @@ class Nic:
         if gpu is None or not gpu.owns(addr):
             return -1, 0
         _, device, nbytes = gpu.peer_check(addr, length)
-        gpu.peer_charge(device, nbytes)
+        gpu.bar1_charge(device, nbytes)
         return device, nbytes
 
     def adopt(self, rec: MrRecord) -> MrRecord:
@@ -260,7 +266,7 @@ class Nic:
             rec.live = False
             self.node.pinned_pages -= rec.npages
             if rec.gpu_bytes and self.node.gpu is not None:
-                self.node.gpu.peer_charge(rec.gpu_device, -rec.gpu_bytes)
+                self.node.gpu.bar1_charge(rec.gpu_device, -rec.gpu_bytes)
 
     def _effective_access(self, access: int) -> int:
         # §4.6: optional-range bits are silently masked when the device lacks them

@@ -7,7 +7,8 @@ Options, all optional (docs/gpu-rdma.md §2):
   engine is initialized with all of them (one MR per NIC per buffer, docs/mooncake-verbs.md §8.2)
 - ``gpu``: the fake GPU's device profile (default ``h200-r580``, fakes/cuda/profile.py)
 - ``peermem``: nvidia-peermem loaded (default: the profile's; docs/cuda-runtime.md §14.4)
-- ``bar1``: usable BAR1 bytes per GPU (default: the profile's), pinned in 64 KiB pages
+- ``bar1``: usable BAR1 bytes per GPU (default: the profile's), taken in 64 KiB pages by
+  nvidia-peermem MRs and by the dma-buf path's mapped exports (docs/cuda-runtime.md §14.5)
 - ``engine``: the Transfer Engine's version: ``v0.3.13`` (default: #2854, #2869, #2965 in) or
   ``v0.3.11`` (before v0.3.12: batch checks, batch errors and transport rollback absent);
   ``batch_validates`` / ``batch_propagates_errors`` / ``rolls_back_transports`` switch one

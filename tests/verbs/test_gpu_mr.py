@@ -166,6 +166,25 @@ def test_dmabuf_mr_over_a_cuda_export() -> None:
     os.close(fd)
 
 
+def test_a_dmabuf_mr_maps_its_whole_export_through_bar1() -> None:
+    # docs/cuda-runtime.md §14.5 [INF]: nv-dmabuf.c maps the whole dma-buf through BAR1 for
+    # the importer (umem_dmabuf.c maps the attachment, then trims it); a failed map is
+    # ENOMEM (dma_buf_map_attachment), checked after the dma-buf's size, before max_mr;
+    # the charge is given back when the MR is closed. T4: 224 MiB of BAR1 usable.
+    g = _gpu("t4-small-bar1", max_mr=1)
+    p, q = g.alloc(128 * MiB), g.alloc(128 * MiB)
+    fd_p, fd_q = _fd(g, p, 128 * MiB), _fd(g, q, 128 * MiB)
+    mr = g.dmabuf_mr(4096, RW, fd_p)                 # one page of the MR, the whole fd mapped
+    assert g.fake.driver.bar1_used == {0: 128 * MiB}
+    assert _errno(g.dmabuf_mr, 128 * MiB, RW, fd_q, offset=4096) == errno.EINVAL
+    assert _errno(g.dmabuf_mr, 4096, RW, fd_q) == errno.ENOMEM      # before max_mr's EAGAIN
+    mr.close()
+    assert g.fake.driver.bar1_used == {0: 0}
+    g.dmabuf_mr(4096, RW, fd_q).close()
+    os.close(fd_p)
+    os.close(fd_q)
+
+
 def test_dmabuf_mr_range_past_the_dmabuf_is_einval() -> None:
     # umem_dmabuf.c: dmabuf->size < offset + length -> EINVAL
     g = _gpu()
