@@ -1,6 +1,10 @@
 """Broken: register_memory per buffer, raises on the first failure without unregistering
 the buffers before it."""
 
+from engine_calls import unregister_all as teardown
+
+__all__ = ["register", "teardown"]
+
 
 def register(engine, buffers):
     done = []
@@ -10,8 +14,3 @@ def register(engine, buffers):
             raise RuntimeError(f"register_memory({e.name}) returned {rc}")
         done.append(e.ptr)
     return done
-
-
-def teardown(engine, handle):
-    for base in handle:
-        engine.unregister_memory(base)
