@@ -1,9 +1,7 @@
 """Broken: register_memory per buffer, raises on the first failure without unregistering
 the buffers before it."""
 
-from engine_calls import unregister_all as teardown
-
-__all__ = ["register", "teardown"]
+from engine_calls import unregister_all
 
 
 def register(engine, buffers):
@@ -14,3 +12,7 @@ def register(engine, buffers):
             raise RuntimeError(f"register_memory({e.name}) returned {rc}")
         done.append(e.ptr)
     return done
+
+
+def teardown(engine, handle):
+    unregister_all(engine, handle)
