@@ -11,6 +11,7 @@ registry's decorator (harness/run/rules.py); :func:`check_gpu_rdma_run` runs the
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ from kvreg.harness.run.rules import (
 )
 
 from .buffers import KvBuffer
-from .transfers import TransferFailure
+from .record import BaseNodeRun, BaseRecord
 
 __all__ = ["GrRecord", "NodeRun", "Published", "check_gpu_rdma_run", "gpu_rdma_warnings"]
 
@@ -63,17 +64,10 @@ class Published:
 
 
 @dataclass
-class NodeRun:
-    """One node's registration through the implementation."""
+class NodeRun(BaseNodeRun):
+    """One node's registration through the implementation, with its engine's NICs."""
 
-    node: str
-    entries: tuple[KvBuffer, ...]
     nics: tuple[str, ...]
-    handle: Any = None
-    registered: bool = False           # register returned normally
-    error: BaseException | None = None
-    seq_start: int = 0
-    seq_end: int = 0
     published: list[Published] = field(default_factory=list)    # right after register
     regions: dict[int, int] = field(default_factory=dict)       # the engine's map then
 
@@ -82,27 +76,14 @@ class NodeRun:
 
 
 @dataclass
-class GrRecord:
-    """Everything a gpu_rdma run produced, for the checks."""
-
-    expect: str
-    nodes: list[NodeRun]
-    trace: list[TraceEntry] = field(default_factory=list)
-    exercised: tuple[str, ...] = ()
-    transfer_failures: list[TransferFailure] = field(default_factory=list)
-    teardown_errors: list[tuple[int, str, BaseException]] = field(default_factory=list)
-    teardown_start: int | None = None
-    live_end: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
-    budget_hit: int | None = None
-    logs: list[str] = field(default_factory=list)
-    repeatable: bool = True             # the implementation's teardown repeats (contract.py)
+class GrRecord(BaseRecord[NodeRun, tuple[int, int]]):
+    """Everything a gpu_rdma run produced, for the checks (``live_end``: each node's
+    engine's (base, length) regions after teardown)."""
 
 
 def _calls(r: GrRecord, n: NodeRun, apis: tuple[str, ...], lo: int = 0,
            hi: int | None = None) -> list[TraceEntry]:
-    face = f"mooncake.engine:{n.node}"
-    return [e for e in r.trace if e.face == face and e.api in apis and e.seq >= lo
-            and (hi is None or e.seq < hi)]
+    return r.calls(f"mooncake.engine:{n.node}", apis, lo, hi)
 
 
 def _register_calls(r: GrRecord, n: NodeRun) -> list[TraceEntry]:
@@ -116,20 +97,13 @@ def _entries_of(call: TraceEntry) -> list[tuple[int, int]]:
     return [(call.args[0], call.args[1])]
 
 
-def _name(n: NodeRun, addr: int) -> str:
-    for e in n.entries:
-        if e.ptr <= addr < e.ptr + max(e.nbytes, 1):
-            return e.name if addr == e.ptr else f"{e.name}+{addr - e.ptr:#x}"
-    return f"{addr:#x}"
-
-
 def _call_text(n: NodeRun, call: TraceEntry) -> str:
     entries = _entries_of(call)
     if call.api == "batch_register_memory":
-        names = ", ".join(_name(n, a) for a, _ in entries[:4])
+        names = ", ".join(n.name_at(a) for a, _ in entries[:4])
         more = f", ... ({len(entries)} entries)" if len(entries) > 4 else ""
         return f"batch_register_memory([{names}{more}])"
-    return f"{call.api}({_name(n, entries[0][0])}, {entries[0][1]})"
+    return f"{call.api}({n.name_at(entries[0][0])}, {entries[0][1]})"
 
 
 def _silent(r: GrRecord, n: NodeRun, e: KvBuffer) -> TraceEntry | None:
@@ -225,10 +199,10 @@ def check_batch_entries(r: GrRecord) -> list[Violation]:
             overlap = next(((a, b) for a, b in itertools.pairwise(ordered)
                             if a[1] and b[1] and b[0] < a[0] + a[1]), None)
             if zero:
-                why = f"a zero-length entry at {_name(n, zero[0])}"
+                why = f"a zero-length entry at {n.name_at(zero[0])}"
             elif overlap is not None:
-                why = (f"entries {_name(n, overlap[0][0])} (+{overlap[0][1]}) and "
-                       f"{_name(n, overlap[1][0])} overlap")
+                why = (f"entries {n.name_at(overlap[0][0])} (+{overlap[0][1]}) and "
+                       f"{n.name_at(overlap[1][0])} overlap")
             else:
                 continue
             out.append(Violation(
@@ -240,18 +214,21 @@ def check_batch_entries(r: GrRecord) -> list[Violation]:
 
 @rule("unexpected-error", target=TARGET, doc=DOC)
 def check_unexpected(r: GrRecord) -> list[Violation]:
-    out: list[Violation] = []
-    if r.expect != "success":
-        return out
-    for n in r.nodes:
-        if n.error is None:
-            continue
+    def after(n: NodeRun) -> str:
         failed = [c for c in _register_calls(r, n) if c.code not in (None, 0)]
-        on = (f" after {_call_text(n, failed[0])} returned {code_text(int(failed[0].code or 0))}"
-              if failed else "")
-        out.append(Violation("unexpected-error", f"{n.node}: register raised "
-                             f"{exc_text(n.error)}{on}", n.seq_end))
-    return out
+        return (f" after {_call_text(n, failed[0])} returned "
+                f"{code_text(int(failed[0].code or 0))}" if failed else "")
+    return register_raised(r, after)
+
+
+def register_raised(r: BaseRecord[Any, Any], after: Callable[[Any], str]) -> list[Violation]:
+    """``unexpected-error`` (either transport): register raised in a scenario that expects
+    success; ``after(node run)`` says which registration failed before it ("" for none)."""
+    if r.expect != "success":
+        return []
+    return [Violation("unexpected-error", f"{n.node}: register raised "
+                      f"{exc_text(n.error)}{after(n)}", n.seq_end)
+            for n in r.nodes if n.error is not None]
 
 
 @rule("not-rolled-back", target=TARGET, doc=DOC)
@@ -263,14 +240,21 @@ def check_rolled_back(r: GrRecord) -> list[Violation]:
         made = {a for c in _register_calls(r, n) if c.code == 0 for a, _ in _entries_of(c)}
         left = sorted(a for a in n.regions if a in made)
         if left:
-            phrase = "no rollback" if len(left) == len(made) else \
-                f"partial rollback (released {len(made) - len(left)} of {len(made)})"
-            out.append(Violation(
-                "not-rolled-back",
-                f"{n.node}: register raised {exc_text(n.error)} with {phrase}: still "
-                f"registered {', '.join(_name(n, a) for a in left[:6])}"
-                + (f" and {len(left) - 6} more" if len(left) > 6 else ""), n.seq_end))
+            out.append(rollback_left(n, n.error, len(made), left))
     return out
+
+
+def rollback_left(n: BaseNodeRun, error: BaseException, made: int,
+                  left: list[int]) -> Violation:
+    """``not-rolled-back`` (either transport): register raised ``error`` with ``left``
+    (addresses, in order) of the ``made`` registrations it made still live."""
+    phrase = "no rollback" if len(left) == made else \
+        f"partial rollback (released {made - len(left)} of {made})"
+    return Violation(
+        "not-rolled-back",
+        f"{n.node}: register raised {exc_text(error)} with {phrase}: still "
+        f"registered {', '.join(n.name_at(a) for a in left[:6])}"
+        + (f" and {len(left) - 6} more" if len(left) > 6 else ""), n.seq_end)
 
 
 @rule("unregister-not-a-live-base", target=TARGET, doc=DOC)
@@ -282,7 +266,7 @@ def check_unregister(r: GrRecord) -> list[Violation]:
                 addrs = c.args[0] if c.api == "batch_unregister_memory" else (c.args[0],)
                 out.append(Violation(
                     "unregister-not-a-live-base",
-                    f"{n.node}: {c.api}({', '.join(_name(n, a) for a in addrs[:4])}) returned "
+                    f"{n.node}: {c.api}({', '.join(n.name_at(a) for a in addrs[:4])}) returned "
                     f"{code_text(NOT_REGISTERED)}: not the base of a live registration "
                     "(released already, or never registered)", c.seq))
     return out
@@ -344,19 +328,25 @@ def check_leak(r: GrRecord) -> list[Violation]:
         if left:
             out.append(Violation(
                 "leak", f"{n.node}: after teardown {len(left)} registration(s) are still in "
-                f"the engine: {', '.join(_name(n, a) for a, _ in left[:6])}",
+                f"the engine: {', '.join(n.name_at(a) for a, _ in left[:6])}",
                 ORDER_RELEASE + len(out)))
     return out
 
 
 @rule("teardown-raised", target=TARGET, doc=DOC)
 def check_teardown_raised(r: GrRecord) -> list[Violation]:
+    return teardown_raised(r, lambda n: any(
+        c.code not in (None, 0) for c in _calls(r, n, UNREGISTER_APIS, r.teardown_start or 0)))
+
+
+def teardown_raised(r: BaseRecord[Any, Any],
+                    release_failed: Callable[[Any], bool]) -> list[Violation]:
+    """``teardown-raised`` (either transport): each teardown round that raised where no
+    release of its node failed (``release_failed``), or raised a programming error."""
     out = []
     for round_, node, exc in r.teardown_errors:
         n = next(x for x in r.nodes if x.node == node)
-        failed = [c for c in _calls(r, n, UNREGISTER_APIS, r.teardown_start or 0)
-                  if c.code not in (None, 0)]
-        if failed and not isinstance(exc, TypeError | AttributeError | NameError):
+        if release_failed(n) and not isinstance(exc, TypeError | AttributeError | NameError):
             continue
         out.append(Violation("teardown-raised", f"{node}: teardown round {round_ + 1} raised "
                              f"{exc_text(exc)}", ORDER_TEARDOWN))
@@ -374,7 +364,7 @@ def warn_not_retried(r: GrRecord) -> list[Violation]:
             if a in live:
                 out.append(Violation(
                     "unregister-not-retried",
-                    f"{n.node}: {_name(n, a)} stays registered: its {c.api} in the only "
+                    f"{n.node}: {n.name_at(a)} stays registered: its {c.api} in the only "
                     f"teardown returned {code_text(int(c.code or 0))} and no later teardown "
                     "retries it (the implementation declares no repeatable teardown)", c.seq))
     return out

@@ -21,11 +21,9 @@ from typing import Any
 from kvreg.fakes.nixl.bindings import nixl_status_t, status_name
 from kvreg.fakes.nixl.sections import covered
 from kvreg.fakes.recorder import TraceEntry
-from kvreg.harness.run.endstate import exc_text
 from kvreg.harness.run.result import Violation
 from kvreg.harness.run.rules import (
     ORDER_RELEASE,
-    ORDER_TEARDOWN,
     ORDER_TRANSFER,
     VIOLATION,
     WARNING,
@@ -33,9 +31,15 @@ from kvreg.harness.run.rules import (
 )
 
 from .buffers import KvBuffer
-from .checks import DOC, TARGET  # the engine's checks declare the rules first
+from .checks import (  # the engine's checks declare the rules first
+    DOC,
+    TARGET,
+    register_raised,
+    rollback_left,
+    teardown_raised,
+)
 from .nixl_transfers import MetadataFailure
-from .transfers import TransferFailure
+from .record import BaseNodeRun, BaseRecord
 
 __all__ = ["NixlNodeRun", "NxRecord", "check_nixl_run", "nixl_warnings"]
 
@@ -48,16 +52,9 @@ _CHECKS: list[tuple[str, Check]] = []
 
 
 @dataclass
-class NixlNodeRun:
+class NixlNodeRun(BaseNodeRun):
     """One node's registration through the implementation, with its agent."""
 
-    node: str
-    entries: tuple[KvBuffer, ...]
-    handle: Any = None
-    registered: bool = False
-    error: BaseException | None = None
-    seq_start: int = 0
-    seq_end: int = 0
     regs: dict[str, list[Range]] = field(default_factory=dict)   # right after register
 
     def covers(self, e: KvBuffer) -> bool:
@@ -65,21 +62,11 @@ class NixlNodeRun:
 
 
 @dataclass
-class NxRecord:
-    """Everything a gpu_rdma run over NIXL produced, for the checks."""
+class NxRecord(BaseRecord[NixlNodeRun, tuple[str, int, int, int]]):
+    """Everything a gpu_rdma run over NIXL produced, for the checks (``live_end``: each
+    node's agent's (memory kind, addr, len, devID) registrations after teardown)."""
 
-    expect: str
-    nodes: list[NixlNodeRun]
-    trace: list[TraceEntry] = field(default_factory=list)
-    exercised: tuple[str, ...] = ()
     metadata_failures: list[MetadataFailure] = field(default_factory=list)
-    transfer_failures: list[TransferFailure] = field(default_factory=list)
-    teardown_errors: list[tuple[int, str, BaseException]] = field(default_factory=list)
-    teardown_start: int | None = None
-    live_end: dict[str, list[tuple[str, int, int, int]]] = field(default_factory=dict)
-    budget_hit: int | None = None
-    logs: list[str] = field(default_factory=list)
-    repeatable: bool = True
 
 
 def _nixl(name: str, emits: str = VIOLATION) -> Callable[[Check], Check]:
@@ -97,9 +84,7 @@ def _nixl(name: str, emits: str = VIOLATION) -> Callable[[Check], Check]:
 
 def _calls(r: NxRecord, n: NixlNodeRun, apis: tuple[str, ...], lo: int = 0,
            hi: int | None = None) -> list[TraceEntry]:
-    face = f"nixl:{n.node}"
-    return [e for e in r.trace if e.face == face and e.api in apis and e.seq >= lo
-            and (hi is None or e.seq < hi)]
+    return r.calls(f"nixl:{n.node}", apis, lo, hi)
 
 
 def _registers(r: NxRecord, n: NixlNodeRun) -> list[TraceEntry]:
@@ -139,16 +124,9 @@ def _emptied(r: NxRecord, n: NixlNodeRun) -> TraceEntry | None:
     return min(culprit.values(), key=lambda c: c.seq, default=None)
 
 
-def _name(n: NixlNodeRun, addr: int) -> str:
-    for e in n.entries:
-        if e.ptr <= addr < e.ptr + max(e.nbytes, 1):
-            return e.name if addr == e.ptr else f"{e.name}+{addr - e.ptr:#x}"
-    return f"{addr:#x}"
-
-
 def _text(n: NixlNodeRun, c: TraceEntry) -> str:
     ranges, mem = c.args[0], c.args[1] if len(c.args) > 1 else "?"
-    names = ", ".join(_name(n, a) for a, _, _ in ranges[:4])
+    names = ", ".join(n.name_at(a) for a, _, _ in ranges[:4])
     more = f", ... ({len(ranges)} descriptors)" if len(ranges) > 4 else ""
     return f"{c.api}([{names}{more}], {mem.replace('_SEG', '')})"
 
@@ -206,17 +184,10 @@ def check_registered(r: NxRecord) -> list[Violation]:
 @_nixl("unexpected-error")
 def check_unexpected(r: NxRecord) -> list[Violation]:
     """register raised in a scenario that expects success."""
-    out: list[Violation] = []
-    if r.expect != "success":
-        return out
-    for n in r.nodes:
-        if n.error is None:
-            continue
+    def after(n: NixlNodeRun) -> str:
         failed = [c for c in _registers(r, n) if _failed(c)]
-        on = f" after {_text(n, failed[0])} raised {_raised(failed[0])}" if failed else ""
-        out.append(Violation("unexpected-error", f"{n.node}: register raised "
-                             f"{exc_text(n.error)}{on}", n.seq_end))
-    return out
+        return f" after {_text(n, failed[0])} raised {_raised(failed[0])}" if failed else ""
+    return register_raised(r, after)
 
 
 @_nixl("not-rolled-back")
@@ -231,13 +202,7 @@ def check_rolled_back(r: NxRecord) -> list[Violation]:
         live = {(m, d) for m, rs in n.regs.items() for d in rs}
         left = sorted(made & live, key=lambda x: x[1])
         if left:
-            phrase = "no rollback" if len(left) == len(made) else \
-                f"partial rollback (released {len(made) - len(left)} of {len(made)})"
-            out.append(Violation(
-                "not-rolled-back",
-                f"{n.node}: register raised {exc_text(n.error)} with {phrase}: still "
-                f"registered {', '.join(_name(n, d[0]) for _m, d in left[:6])}"
-                + (f" and {len(left) - 6} more" if len(left) > 6 else ""), n.seq_end))
+            out.append(rollback_left(n, n.error, len(made), [d[0] for _m, d in left]))
     return out
 
 
@@ -323,7 +288,7 @@ def check_leak(r: NxRecord) -> list[Violation]:
         left = [(m, a, s, d) for m, a, s, d in r.live_end.get(n.node, [])
                 if (a, s, d) in ours and (a, s, d) not in kept]
         if left:
-            names = ", ".join(_name(n, a) for _m, a, _s, _d in left[:6])
+            names = ", ".join(n.name_at(a) for _m, a, _s, _d in left[:6])
             out.append(Violation(
                 "leak", f"{n.node}: after teardown {len(left)} descriptor(s) are still "
                 f"registered with the agent: {names}", ORDER_RELEASE + len(out)))
@@ -333,16 +298,8 @@ def check_leak(r: NxRecord) -> list[Violation]:
 @_nixl("teardown-raised")
 def check_teardown_raised(r: NxRecord) -> list[Violation]:
     """teardown raised with no deregistration having failed."""
-    out = []
-    for round_, node, exc in r.teardown_errors:
-        n = next(x for x in r.nodes if x.node == node)
-        failed = [c for c in _calls(r, n, ("deregister_memory",), r.teardown_start or 0)
-                  if _failed(c)]
-        if failed and not isinstance(exc, TypeError | AttributeError | NameError):
-            continue
-        out.append(Violation("teardown-raised", f"{node}: teardown round {round_ + 1} raised "
-                             f"{exc_text(exc)}", ORDER_TEARDOWN))
-    return out
+    return teardown_raised(r, lambda n: any(
+        _failed(c) for c in _calls(r, n, ("deregister_memory",), r.teardown_start or 0)))
 
 
 @_nixl("unregister-not-retried", emits=WARNING)
@@ -355,7 +312,7 @@ def warn_not_retried(r: NxRecord) -> list[Violation]:
             if d in live:
                 out.append(Violation(
                     "unregister-not-retried",
-                    f"{n.node}: {_name(n, d[0])} stays registered: its deregister_memory in "
+                    f"{n.node}: {n.name_at(d[0])} stays registered: its deregister_memory in "
                     f"the only teardown raised {_raised(c)} and no later teardown retries it "
                     "(the implementation declares no repeatable teardown)", c.seq))
     return out

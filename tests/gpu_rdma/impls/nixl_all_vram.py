@@ -2,14 +2,13 @@
 device type taken for granted); UCX finds no device memory behind them and the list is
 refused."""
 
+from descriptor_lists import desc_rows, teardown
+
+__all__ = ["register", "teardown"]
+
 
 def register(agent, buffers):
-    descs = agent.get_reg_descs([(e.ptr, e.nbytes, e.device, "") for e in buffers.entries],
-                                "VRAM")
+    descs = agent.get_reg_descs(desc_rows(buffers.entries), "VRAM")
     agent.register_memory(descs)
     return [descs]
 
-
-def teardown(agent, handle):
-    while handle:
-        agent.deregister_memory(handle.pop())

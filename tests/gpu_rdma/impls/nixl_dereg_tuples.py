@@ -2,12 +2,13 @@
 teardown hands deregister_memory the same tuples; the binding accepts only the
 nixlRegDList register returned (pybind11's TypeError)."""
 
+from descriptor_lists import KINDS, of_kind
+
 
 def register(agent, buffers):
     rows = {}
-    for kind in ("VRAM", "DRAM"):
-        rows[kind] = [(e.ptr, e.nbytes, e.device, "") for e in buffers.entries
-                      if e.kind == kind]
+    for kind in KINDS:
+        rows[kind] = of_kind(buffers, kind)
         if rows[kind]:
             agent.register_memory(rows[kind], kind)
     return rows

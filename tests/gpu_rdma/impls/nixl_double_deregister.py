@@ -2,16 +2,11 @@
 second round deregisters the same lists again (as a shutdown path calling
 unregister_kv_caches twice)."""
 
+from descriptor_lists import register_kinds
+
 
 def register(agent, buffers):
-    done = []
-    for kind in ("VRAM", "DRAM"):
-        rows = [(e.ptr, e.nbytes, e.device, "") for e in buffers.entries if e.kind == kind]
-        if rows:
-            descs = agent.get_reg_descs(rows, kind)
-            agent.register_memory(descs)
-            done.append(descs)
-    return done
+    return register_kinds(agent, buffers, [])
 
 
 def teardown(agent, handle):

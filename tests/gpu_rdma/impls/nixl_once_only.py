@@ -1,21 +1,13 @@
 """Correct, with one teardown round (no repeatable attribute): every list is tried, the
 failures collected and raised together at the end."""
 
+from functools import partial
+
+from descriptor_lists import all_or_none, register_kinds
+
 
 def register(agent, buffers):
-    done = []
-    try:
-        for kind in ("VRAM", "DRAM"):
-            rows = [(e.ptr, e.nbytes, e.device, "") for e in buffers.entries if e.kind == kind]
-            if rows:
-                descs = agent.get_reg_descs(rows, kind)
-                agent.register_memory(descs)
-                done.append(descs)
-    except Exception:
-        for descs in done:
-            agent.deregister_memory(descs)
-        raise
-    return done
+    return all_or_none(agent, partial(register_kinds, agent, buffers))
 
 
 def teardown(agent, handle):

@@ -1,19 +1,13 @@
 """Correct, one single-descriptor list per buffer (register_memory of each entry alone),
 every raise propagated after the buffers already registered are deregistered."""
 
+from functools import partial
+
+from descriptor_lists import all_or_none, register_each
+
 
 def register(agent, buffers):
-    done = []
-    try:
-        for e in buffers.entries:
-            descs = agent.get_reg_descs([(e.ptr, e.nbytes, e.device, "")], e.kind)
-            agent.register_memory(descs)
-            done.append(descs)
-    except Exception:
-        for descs in done:
-            agent.deregister_memory(descs)
-        raise
-    return done
+    return all_or_none(agent, partial(register_each, agent, buffers))
 
 
 def teardown(agent, handle):

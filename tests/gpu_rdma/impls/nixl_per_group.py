@@ -2,6 +2,8 @@
 as a KV manager that keeps its groups apart registers; a failure deregisters what was
 registered, newest first, and raises."""
 
+from descriptor_lists import desc_rows
+
 
 def register(agent, buffers):
     done = []
@@ -9,8 +11,7 @@ def register(agent, buffers):
         entries = buffers.group(group)
         if not entries:
             continue
-        descs = agent.get_reg_descs([(e.ptr, e.nbytes, e.device, "") for e in entries],
-                                    entries[0].kind)
+        descs = agent.get_reg_descs(desc_rows(entries), entries[0].kind)
         try:
             agent.register_memory(descs)
         except Exception:

@@ -2,21 +2,13 @@
 per memory type (VRAM for the GPU buffers, DRAM for the host ones); NIXL raises on a failure
 and the lists already registered are deregistered before it propagates."""
 
+from functools import partial
+
+from descriptor_lists import all_or_none, register_kinds
+
 
 def register(agent, buffers):
-    registered = []
-    try:
-        for kind in ("VRAM", "DRAM"):
-            rows = [(e.ptr, e.nbytes, e.device, "") for e in buffers.entries if e.kind == kind]
-            if rows:
-                descs = agent.get_reg_descs(rows, kind)
-                agent.register_memory(descs)
-                registered.append(descs)
-    except Exception:
-        for descs in registered:
-            agent.deregister_memory(descs)
-        raise
-    return registered
+    return all_or_none(agent, partial(register_kinds, agent, buffers))
 
 
 def teardown(agent, handle):

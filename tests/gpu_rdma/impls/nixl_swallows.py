@@ -3,13 +3,17 @@ exception swallowed), as code written for return codes that never checks them.""
 
 import logging
 
+from descriptor_lists import KINDS, of_kind, teardown
+
+__all__ = ["register", "teardown"]
+
 logger = logging.getLogger(__name__)
 
 
 def register(agent, buffers):
     done = []
-    for kind in ("VRAM", "DRAM"):
-        rows = [(e.ptr, e.nbytes, e.device, "") for e in buffers.entries if e.kind == kind]
+    for kind in KINDS:
+        rows = of_kind(buffers, kind)
         if not rows:
             continue
         descs = agent.get_reg_descs(rows, kind)
@@ -20,7 +24,3 @@ def register(agent, buffers):
             logger.debug("NIXL registration of %s failed: %s", kind, exc)
     return done
 
-
-def teardown(agent, handle):
-    while handle:
-        agent.deregister_memory(handle.pop())

@@ -1,6 +1,8 @@
 """Correct: each buffer registered with one retry after a failure (a transient NIC error
 clears); a second failure rolls back and raises."""
 
+from engine_calls import keep_refused, unregister_all
+
 
 def register(engine, buffers):
     done = []
@@ -9,18 +11,15 @@ def register(engine, buffers):
         if ret != 0:
             ret = engine.register_memory(e.ptr, e.nbytes)
         if ret != 0:
-            for base in reversed(done):
-                engine.unregister_memory(base)
+            unregister_all(engine, reversed(done))
             raise RuntimeError(f"register_memory({e.name}) failed twice: {ret}")
         done.append(e.ptr)
     return done
 
 
 def teardown(engine, handle):
-    left = [b for b in handle if engine.unregister_memory(b) != 0]
-    handle[:] = left
-    if left:
-        raise RuntimeError(f"{len(left)} unregister(s) failed")
+    if keep_refused(engine, handle):
+        raise RuntimeError(f"{len(handle)} unregister(s) failed")
 
 
 teardown.repeatable = True

@@ -1,6 +1,8 @@
 """Correct, written as vLLM's MooncakeConnector registers: register_memory per cache tensor,
 every return checked; on a failure the registered ones are unregistered before raising."""
 
+from engine_calls import keep_refused, unregister_all
+
 
 def register(engine, buffers):
     registered = []
@@ -12,17 +14,14 @@ def register(engine, buffers):
                                    f"(ret={ret})")
             registered.append(entry.ptr)
     except Exception:
-        for ptr in registered:
-            engine.unregister_memory(ptr)
+        unregister_all(engine, registered)
         raise
     return registered
 
 
 def teardown(engine, handle):
-    errors = [ptr for ptr in handle if engine.unregister_memory(ptr) != 0]
-    handle[:] = errors
-    if errors:
-        raise RuntimeError(f"unregister_memory failed for {len(errors)} buffer(s)")
+    if keep_refused(engine, handle):
+        raise RuntimeError(f"unregister_memory failed for {len(handle)} buffer(s)")
 
 
 teardown.repeatable = True

@@ -4,6 +4,8 @@ batch with -1 (#2854)."""
 
 import ctypes
 
+from engine_calls import batch_register
+
 _SCRATCH = ctypes.create_string_buffer(8)
 
 
@@ -13,9 +15,7 @@ def register(engine, buffers):
         got = getattr(buffers, f"{group}_data_ptrs")
         ptrs += got or [ctypes.addressof(_SCRATCH)]
         lens += getattr(buffers, f"{group}_data_lens") or [0]
-    rc = engine.batch_register_memory(ptrs, lens)
-    if rc != 0:
-        raise RuntimeError(f"batch_register_memory returned {rc}")
+    batch_register(engine, ptrs, lens)
     return ptrs
 
 
