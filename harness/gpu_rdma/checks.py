@@ -31,6 +31,7 @@ from kvreg.harness.run.rules import (
 )
 
 from .buffers import KvBuffer
+from .memory_saver import release_text
 from .transfers import TransferFailure
 
 __all__ = ["GrRecord", "NodeRun", "Published", "check_gpu_rdma_run", "gpu_rdma_warnings"]
@@ -308,6 +309,14 @@ def check_transfers(r: GrRecord) -> list[Violation]:
         else:
             where = "no registration call of register named it"
         offset = f.addr - (entry.ptr if entry is not None else f.addr)
+        if f.invalidated:
+            out.append(Violation(
+                "transfer-unregistered",
+                f"batch_transfer_sync_write of {f.buffer} page {f.page} failed "
+                f"({code_text(f.code)}): {f.side}'s {f.buffer}+{offset:#x} ({f.nbytes} bytes) "
+                f"lies in a published buffer whose MR is invalidated: {release_text(f.side)}",
+                ORDER_TRANSFER))
+            continue
         out.append(Violation(
             "transfer-unregistered",
             f"batch_transfer_sync_write of {f.buffer} page {f.page} failed "

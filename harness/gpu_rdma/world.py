@@ -29,6 +29,7 @@ from . import styles
 from .checks import GrRecord, NodeRun, Published, check_gpu_rdma_run, gpu_rdma_warnings
 from .data import compare_pages, fill_sources
 from .layout import KvLayout, LayoutError, allocate, ready
+from .memory_saver import HookError, hooks, pause_resume
 from .options import NODES, GpuRdmaOptions
 from .transfers import write_pages
 
@@ -91,6 +92,9 @@ class GpuRdmaWorld(TracedWorld):
         self.opts = opts
         self.nodes = nodes
         self.real = False      # the pool's memory is "real": transfers move bytes
+        self.impl: Implementation | None = None
+        # the implementation's release / resume hooks that raised (pause_resume)
+        self.hook_errors: list[HookError] = []
 
     def isolation(self) -> AbstractContextManager[Any]:
         """``mooncake.engine`` and pyverbs as the prefill node sees them."""
@@ -110,6 +114,7 @@ class GpuRdmaWorld(TracedWorld):
 
     def register(self, impl: Implementation) -> bool:
         """Each node's buffers through the implementation; stop at the first error."""
+        self.impl = impl
         for gn, run in zip(self.nodes, self.record.nodes, strict=True):
             self.progress.step("register", f"{gn.name}: {len(run.entries)} buffers")
             run.seq_start = next_seq(self.fake)
@@ -125,6 +130,8 @@ class GpuRdmaWorld(TracedWorld):
         return True
 
     def transfer(self) -> None:
+        if self.opts.pause_resume and self.impl is not None:
+            self.hook_errors = pause_resume(self, self.impl, lambda: next_seq(self.fake))
         if not self.opts.transfers:
             return
         src, dst = self.nodes
@@ -163,7 +170,11 @@ class GpuRdmaWorld(TracedWorld):
         fake.close_all()
 
     def judge(self) -> list[Violation]:
-        return check_gpu_rdma_run(self.record)
+        found = check_gpu_rdma_run(self.record)
+        if self.hook_errors and self.record.expect == "success":
+            found = sorted([*found, *(e.violation() for e in self.hook_errors)],
+                           key=lambda v: v.seq)
+        return found
 
     def warnings(self) -> list[Violation]:
         return gpu_rdma_warnings(self.record)
@@ -192,6 +203,8 @@ def build_world(sc: Scenario, impl: Implementation, backend: Any) -> TracedWorld
             return build_nixl_world(sc, impl, opts, fake)
         except LayoutError as exc:
             raise CannotRun(str(exc)) from exc
+    if opts.pause_resume:
+        hooks(impl)          # a hook that cannot take its arguments: said before the run
     try:
         nodes = _build_nodes(sc, opts, fake)
     except LayoutError as exc:
