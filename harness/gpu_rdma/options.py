@@ -142,10 +142,7 @@ def validate_options(options: Mapping[str, Any]) -> list[str]:
     for key, allowed in _CHOICES.items():
         if key in options and options[key] not in allowed:
             problems.append(f"{key} = one of {list(allowed)} (got {options[key]!r})")
-    if "dmabuf_export" in options and options.get("gpu_registration") != "dmabuf":
-        problems.append('dmabuf_export needs gpu_registration = "dmabuf"')
-    if options.get("pause_resume") is True:
-        problems += _pause_problems(options)
+    problems += _pairing_problems(options)
     if options.get("transport") == "nixl":
         # UCX chooses the NICs and there is no engine version over NIXL (docs/gpu-rdma.md §6)
         problems += [f"{k} applies to transport = 'mooncake' only (UCX chooses the NICs "
@@ -166,10 +163,15 @@ def validate_options(options: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def _pause_problems(options: Mapping[str, Any]) -> list[str]:
-    """What ``pause_resume`` needs: memory the saver allocated, and a path whose MRs'
-    fate after the release has a source (docs/gpu-rdma.md §7)."""
+def _pairing_problems(options: Mapping[str, Any]) -> list[str]:
+    """Options that need another: ``dmabuf_export`` the dma-buf path; ``pause_resume``
+    memory the saver allocated, and a path whose MRs' fate after the release has a source
+    (docs/gpu-rdma.md §7)."""
     problems = []
+    if "dmabuf_export" in options and options.get("gpu_registration") != "dmabuf":
+        problems.append('dmabuf_export needs gpu_registration = "dmabuf"')
+    if options.get("pause_resume") is not True:
+        return problems
     if options.get("allocator") != "memory_saver":
         problems.append('pause_resume needs allocator = "memory_saver" (only memory '
                         "torch_memory_saver allocated is released)")
