@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from kvreg.harness.run.endstate import exc_text
 from kvreg.harness.run.implementation import ImplementationError
 from kvreg.harness.run.result import Violation
 
@@ -48,7 +49,6 @@ class HookError:
     error: BaseException
 
     def violation(self) -> Violation:
-        from kvreg.harness.run.endstate import exc_text
         return Violation("unexpected-error", f"{self.node}: {self.hook} raised "
                          f"{exc_text(self.error)} around the memory saver's pause and "
                          "resume of the KV cache", self.seq)

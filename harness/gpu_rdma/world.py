@@ -21,6 +21,7 @@ from kvreg.fakes.cuda.fake_cuda import FakeCuda
 from kvreg.fakes.mooncake import FakeMooncake
 from kvreg.fakes.mooncake.engine import TransferEngine
 from kvreg.harness.run.budget import CallBudget
+from kvreg.harness.run.implementation import ImplementationError
 from kvreg.harness.run.result import Violation
 from kvreg.harness.run.target import CannotRun, SkipScenario
 from kvreg.harness.run.world import TracedWorld, next_seq
@@ -204,7 +205,10 @@ def build_world(sc: Scenario, impl: Implementation, backend: Any) -> TracedWorld
         except LayoutError as exc:
             raise CannotRun(str(exc)) from exc
     if opts.pause_resume:
-        hooks(impl)          # a hook that cannot take its arguments: said before the run
+        try:                 # a hook that cannot take its arguments: said before the run
+            hooks(impl)
+        except ImplementationError as exc:
+            raise CannotRun(str(exc)) from None
     try:
         nodes = _build_nodes(sc, opts, fake)
     except LayoutError as exc:

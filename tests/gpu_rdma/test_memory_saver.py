@@ -145,6 +145,14 @@ def test_a_hook_with_the_wrong_signature_is_said_in_one_line(tmp_path: Path) -> 
     with pytest.raises(ImplementationError, match=r"resume\(engine\) cannot be called as "
                        r"resume\(engine, buffers, handle\)"):
         hooks(impl)
+    # the run says it in one line, before any call: kvreg cannot run it that way
+    result = run_scenario(SAVER[PAUSES[0]], impl)
+    assert result.verdict == "error" and not result.violations
+    assert (result.reason or "").startswith("kvreg cannot run this scenario: resume(engine) "
+                                            "cannot be called as resume(engine, buffers, "
+                                            "handle)"), result.reason
+    # a scenario without the pause does not call the hooks, so it runs
+    assert run_scenario(SAVER["gpu_rdma/memory_saver/saver-region"], impl).verdict == "pass"
 
 
 def test_a_hook_that_raises_is_an_unexpected_error(tmp_path: Path) -> None:
