@@ -25,17 +25,19 @@ from kvreg.harness.run.endstate import exc_text
 from kvreg.harness.run.implementation import ImplementationError
 from kvreg.harness.run.result import Violation
 
-from . import reference
+from . import nixl_reference, reference
 from .layout import saver_pause, saver_resume
 
 if TYPE_CHECKING:
     from kvreg.harness.run.implementation import Implementation
 
+    from .nixl_world import NixlWorld
     from .world import GpuRdmaWorld
 
 __all__ = ["HOOKS", "HookError", "hooks", "pause_resume", "release_text"]
 
-# the optional hooks and the arguments kvreg gives them, in order
+# the optional hooks and the arguments kvreg gives them, in order (``agent`` for the nixl
+# style in place of ``engine``)
 HOOKS = {"release": ("engine", "handle"), "resume": ("engine", "buffers", "handle")}
 
 
@@ -54,12 +56,13 @@ class HookError:
                          "resume of the KV cache", self.seq)
 
 
-def hooks(impl: Implementation) -> dict[str, Callable[..., Any]]:
+def hooks(impl: Implementation, transport: str = "mooncake") -> dict[str, Callable[..., Any]]:
     """The implementation's ``release`` / ``resume`` found beside its register function
     (kvreg's reference: its own). A hook that cannot take its arguments
     is the implementation's mistake, said in one line."""
     if impl.style == "reference":
-        return {"release": reference.release, "resume": reference.resume}
+        ref: Any = nixl_reference if transport == "nixl" else reference
+        return {"release": ref.release, "resume": ref.resume}
     fn = inspect.unwrap(impl.register_fn) if impl.register_fn is not None else None
     if fn is None:
         return {}
@@ -81,27 +84,32 @@ def hooks(impl: Implementation) -> dict[str, Callable[..., Any]]:
     return found
 
 
-def pause_resume(world: GpuRdmaWorld, impl: Implementation,
-                 next_seq: Callable[[], int]) -> list[HookError]:
-    """Release and resume each registered node's KV cache around the hooks; the hooks that
-    raised (the run goes on to the transfers, as a server that logged the error would)."""
-    found = hooks(impl)
+def pause_resume(world: GpuRdmaWorld | NixlWorld, impl: Implementation,
+                 next_seq: Callable[[], int], registrar: Callable[[Any], Any]
+                 ) -> list[HookError]:
+    """Release and resume each registered node's KV cache around the hooks, which get
+    ``registrar(node)``: its engine or NIXL agent. The hooks that raised are returned (the
+    run goes on to the transfers, as a server that logged the error would)."""
+    found = hooks(impl, world.opts.transport)
     errors: list[HookError] = []
-    for gn, run in zip(world.nodes, world.record.nodes, strict=True):
+    nodes: list[Any] = list(world.nodes)
+    runs: list[Any] = list(world.record.nodes)
+    for gn, run in zip(nodes, runs, strict=True):
         if not run.registered:
             continue
+        held = registrar(gn)
         world.progress.step("pause and resume", gn.name)
         drv = gn.cuda.driver_api
         if "release" in found:
             with gn.cuda.patch(torch=False):
-                _, error = world.attempt(partial(found["release"], gn.engine, run.handle))
+                _, error = world.attempt(partial(found["release"], held, run.handle))
             if error is not None:
                 errors.append(HookError(next_seq(), gn.name, "release", error))
         saver_pause(drv, gn.layout.saver)
         saver_resume(drv, gn.layout.saver)
         if "resume" in found:
             with gn.cuda.patch(torch=False):
-                handle, error = world.attempt(partial(found["resume"], gn.engine,
+                handle, error = world.attempt(partial(found["resume"], held,
                                                       gn.layout.buffers, run.handle))
             if error is not None:
                 errors.append(HookError(next_seq(), gn.name, "resume", error))

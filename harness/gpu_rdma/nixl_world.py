@@ -18,11 +18,14 @@ from kvreg.fakes.cuda.fake_cuda import FakeCuda
 from kvreg.fakes.mooncake import FakeMooncake
 from kvreg.fakes.nixl import FakeNixl
 from kvreg.harness.run.budget import CallBudget
+from kvreg.harness.run.implementation import ImplementationError
 from kvreg.harness.run.result import Violation
+from kvreg.harness.run.target import CannotRun
 from kvreg.harness.run.world import TracedWorld, next_seq
 
 from . import styles
 from .layout import KvLayout, allocate, ready
+from .memory_saver import HookError, hooks, pause_resume
 from .nixl_checks import NixlNodeRun, NxRecord, check_nixl_run, nixl_warnings
 from .nixl_transfers import exchange_metadata, write_pages
 from .options import NODES, GpuRdmaOptions
@@ -71,12 +74,16 @@ class NixlWorld(TracedWorld):
         super().__init__(fake, record, budget)
         self.opts = opts
         self.nodes = nodes
+        self.impl: Implementation | None = None
+        # the implementation's release / resume hooks that raised (pause_resume)
+        self.hook_errors: list[HookError] = []
 
     def isolation(self) -> AbstractContextManager[Any]:
         """``nixl._api`` as the prefill node sees it."""
         return self.nodes[0].nixl.patch()
 
     def register(self, impl: Implementation) -> bool:
+        self.impl = impl
         for nn, run in zip(self.nodes, self.record.nodes, strict=True):
             self.progress.step("register", f"{nn.name}: {len(run.entries)} buffers")
             run.seq_start = next_seq(self.fake)
@@ -92,6 +99,9 @@ class NixlWorld(TracedWorld):
         return True
 
     def transfer(self) -> None:
+        if self.opts.pause_resume and self.impl is not None:
+            self.hook_errors = pause_resume(self, self.impl, lambda: next_seq(self.fake),
+                                            lambda node: node.agent)
         if not self.opts.transfers:
             return
         src, dst = self.nodes
@@ -130,7 +140,11 @@ class NixlWorld(TracedWorld):
         fake.close_all()
 
     def judge(self) -> list[Violation]:
-        return check_nixl_run(self.record)
+        found = check_nixl_run(self.record)
+        if self.hook_errors and self.record.expect == "success":
+            found = sorted([*found, *(e.violation() for e in self.hook_errors)],
+                           key=lambda v: v.seq)
+        return found
 
     def warnings(self) -> list[Violation]:
         return nixl_warnings(self.record)
@@ -145,6 +159,11 @@ def _regs(nn: NixlNode) -> dict[str, list[tuple[int, int, int]]]:
 def build_nixl_world(sc: Scenario, impl: Implementation, opts: GpuRdmaOptions,
                      fake: FakeMooncake) -> NixlWorld:
     """The NIXL world of one run (``fake``: the deployment, its fabric and nodes)."""
+    if opts.pause_resume:
+        try:                 # a hook that cannot take its arguments: said before the run
+            hooks(impl, "nixl")
+        except ImplementationError as exc:
+            raise CannotRun(str(exc)) from None
     nodes = _build_nodes(sc, opts, fake)
     for spec in sc.faults:
         fake.faults.arm_from_dict(spec)

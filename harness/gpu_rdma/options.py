@@ -175,9 +175,6 @@ def _pairing_problems(options: Mapping[str, Any]) -> list[str]:
     if options.get("allocator") != "memory_saver":
         problems.append('pause_resume needs allocator = "memory_saver" (only memory '
                         "torch_memory_saver allocated is released)")
-    if options.get("transport") == "nixl":
-        problems.append("pause_resume is modelled over the Transfer Engine only (what UCX "
-                        "does with registrations over released memory is not modelled)")
     if options.get("gpu_registration") == "dmabuf":
         problems.append("pause_resume is modelled on the nvidia-peermem path only (what a "
                         "dma-buf MR reaches after its memory is released is not settled)")

@@ -132,7 +132,8 @@ class GpuRdmaWorld(TracedWorld):
 
     def transfer(self) -> None:
         if self.opts.pause_resume and self.impl is not None:
-            self.hook_errors = pause_resume(self, self.impl, lambda: next_seq(self.fake))
+            self.hook_errors = pause_resume(self, self.impl, lambda: next_seq(self.fake),
+                                            lambda node: node.engine)
         if not self.opts.transfers:
             return
         src, dst = self.nodes

@@ -1,9 +1,9 @@
 """The memory saver's pause and resume between register and the transfers (the
-``pause_resume`` option, docs/gpu-rdma.md §7): torch_memory_saver releases the KV cache's
-device memory (cuMemUnmap + cuMemRelease, csrc/core.cpp) and maps new memory at the same
-addresses; an MR nvidia-peermem pinned over the old memory is invalidated. Code that never
-registers again fails its first write; code that deregisters and registers around the pause
-(sglang #27696) passes, written two ways."""
+``pause_resume`` option, docs/gpu-rdma.md §7), over the Transfer Engine and over NIXL:
+torch_memory_saver releases the KV cache's device memory (cuMemUnmap + cuMemRelease,
+csrc/core.cpp) and maps new memory at the same addresses; an MR nvidia-peermem pinned over
+the old memory is invalidated. Code that never registers again fails its first write; code
+that deregisters and registers around the pause (sglang #27696) passes, written two ways."""
 
 from __future__ import annotations
 
@@ -126,8 +126,6 @@ def test_host_mrs_and_published_host_buffers_are_never_invalidated() -> None:
 
 @pytest.mark.parametrize(("options", "words"), [
     ({"pause_resume": True}, 'pause_resume needs allocator = "memory_saver"'),
-    ({"pause_resume": True, "allocator": "memory_saver", "transport": "nixl"},
-     "pause_resume is modelled over the Transfer Engine only"),
     ({"pause_resume": True, "allocator": "memory_saver", "gpu_registration": "dmabuf"},
      "pause_resume is modelled on the nvidia-peermem path only"),
     ({"pause_resume": "yes", "allocator": "memory_saver"}, "pause_resume = true or false"),
@@ -166,3 +164,38 @@ def test_a_hook_that_raises_is_an_unexpected_error(tmp_path: Path) -> None:
     assert result.violations[0].message.startswith(
         "prefill: release raised RuntimeError: deregistration failed around the memory "
         "saver's pause")
+
+
+# over NIXL (transport = "nixl"): a VRAM descriptor registered over the released memory no
+# longer reaches it [UNC: UCX's handling]; the WRITE through it ends in NIXL_ERR_BACKEND
+NIXL = {sc.id: sc for sc in load_file(ROOT / "gpu_rdma" / "nixl_memory_saver.toml", ROOT)}
+NIXL_PAUSE = "gpu_rdma/nixl_memory_saver/pause-resume"
+
+
+@cache
+def run_nixl(name: str, scenario_id: str) -> ScenarioResult:
+    impl = make_implementation(f"{IMPLS / name}.py:register", f"{IMPLS / name}.py:teardown",
+                               "nixl") if name else make_implementation()
+    return run_scenario(NIXL[scenario_id], impl, keep_trace=True)
+
+
+def test_nixl_code_that_does_not_register_again_fails_the_first_write() -> None:
+    result = run_nixl("nixl_per_kind", NIXL_PAUSE)
+    assert result.verdict == "fail"
+    first = result.violations[0]
+    assert first.rule == "transfer-unregistered"
+    assert first.message.startswith("the NIXL WRITE of kv0 page 0 failed (NIXL_ERR_BACKEND): "
+                                    "prefill's kv0+0x0 (73728 bytes) lies in a registered "
+                                    "descriptor whose MR is invalidated: prefill's memory "
+                                    "saver released the KV cache"), first.message
+    # the DRAM aux buffers keep their registrations
+    assert not any("aux" in v.message.split(":")[0] for v in result.violations)
+
+
+@pytest.mark.parametrize("scenario", sorted(NIXL))
+@pytest.mark.parametrize("name", ["nixl_saver_per_kind", ""])
+def test_nixl_code_that_registers_again_around_the_pause_passes(name: str,
+                                                                scenario: str) -> None:
+    result = run_nixl(name, scenario)
+    assert result.verdict == "pass", [v.as_dict() for v in result.violations]
+    assert result.copy and result.copy["pages_copied"] > 0

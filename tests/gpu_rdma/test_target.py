@@ -193,7 +193,7 @@ def test_the_cli_runs_the_catalog_with_the_style() -> None:
     # the engine's scenarios pass; the nixl_* ones (transport = "nixl") are skipped
     assert sorted(k for k, v in verdicts.items() if v == "pass") == sorted(
         k for k in verdicts if not k.split("/")[1].startswith("nixl_"))
-    assert len(verdicts) == 39 and list(verdicts.values()).count("skip") == 12
+    assert len(verdicts) == 41 and list(verdicts.values()).count("skip") == 14
 
 
 def test_code_imported_for_a_scenario_finds_the_fake_engine() -> None:
