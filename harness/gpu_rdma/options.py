@@ -24,7 +24,8 @@ Options, all optional (docs/gpu-rdma.md §2):
 - ``pause_resume``: between register and the transfers, each node's memory saver releases
   the KV cache's device memory and maps new memory at the same addresses, around the
   implementation's optional ``release`` / ``resume`` hooks (default false; needs
-  ``allocator = "memory_saver"``, the engine's nvidia-peermem path; docs/gpu-rdma.md §7)
+  ``allocator = "memory_saver"``; over the engine, its nvidia-peermem path; docs/gpu-rdma.md
+  §7)
 - ``vmm_gdr``: the expandable segments' memory created ``gpuDirectRDMACapable`` (default
   false) [UNC]
 - ``aux`` / ``aux_bytes`` / ``aux_item``: host aux buffers (default 2 of 64 KiB, 64 B items)
