@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from .nixl_world import NixlWorld
     from .world import GpuRdmaWorld
 
-__all__ = ["HOOKS", "HookError", "hooks", "pause_resume", "release_text"]
+__all__ = ["HOOKS", "HookError", "hooks", "pause_resume", "release_text", "with_hook_errors"]
 
 # the optional hooks and the arguments kvreg gives them, in order (``agent`` for the nixl
 # style in place of ``engine``)
@@ -116,6 +116,15 @@ def pause_resume(world: GpuRdmaWorld | NixlWorld, impl: Implementation,
             else:
                 run.handle = handle
     return errors
+
+
+def with_hook_errors(found: list[Violation], errors: list[HookError],
+                     expect: str) -> list[Violation]:
+    """A run's violations with its hooks that raised, in trace order (a scenario that
+    expects an error does not judge them)."""
+    if not errors or expect != "success":
+        return found
+    return sorted([*found, *(e.violation() for e in errors)], key=lambda v: v.seq)
 
 
 def release_text(node: str) -> str:

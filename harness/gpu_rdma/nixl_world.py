@@ -25,7 +25,7 @@ from kvreg.harness.run.world import TracedWorld, next_seq
 
 from . import styles
 from .layout import KvLayout, allocate, ready
-from .memory_saver import HookError, hooks, pause_resume
+from .memory_saver import HookError, hooks, pause_resume, with_hook_errors
 from .nixl_checks import NixlNodeRun, NxRecord, check_nixl_run, nixl_warnings
 from .nixl_transfers import exchange_metadata, write_pages
 from .options import NODES, GpuRdmaOptions
@@ -140,11 +140,7 @@ class NixlWorld(TracedWorld):
         fake.close_all()
 
     def judge(self) -> list[Violation]:
-        found = check_nixl_run(self.record)
-        if self.hook_errors and self.record.expect == "success":
-            found = sorted([*found, *(e.violation() for e in self.hook_errors)],
-                           key=lambda v: v.seq)
-        return found
+        return with_hook_errors(check_nixl_run(self.record), self.hook_errors, self.record.expect)
 
     def warnings(self) -> list[Violation]:
         return nixl_warnings(self.record)

@@ -30,7 +30,7 @@ from . import styles
 from .checks import GrRecord, NodeRun, Published, check_gpu_rdma_run, gpu_rdma_warnings
 from .data import compare_pages, fill_sources
 from .layout import KvLayout, LayoutError, allocate, ready
-from .memory_saver import HookError, hooks, pause_resume
+from .memory_saver import HookError, hooks, pause_resume, with_hook_errors
 from .options import NODES, GpuRdmaOptions
 from .transfers import write_pages
 
@@ -172,11 +172,8 @@ class GpuRdmaWorld(TracedWorld):
         fake.close_all()
 
     def judge(self) -> list[Violation]:
-        found = check_gpu_rdma_run(self.record)
-        if self.hook_errors and self.record.expect == "success":
-            found = sorted([*found, *(e.violation() for e in self.hook_errors)],
-                           key=lambda v: v.seq)
-        return found
+        return with_hook_errors(check_gpu_rdma_run(self.record), self.hook_errors,
+                                self.record.expect)
 
     def warnings(self) -> list[Violation]:
         return gpu_rdma_warnings(self.record)
