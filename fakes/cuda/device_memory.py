@@ -160,6 +160,19 @@ class GpuMemory:
             return exhausted, -1, 0
         return 0, device, pinned
 
+    def backing(self, ptr: int, length: int) -> tuple[int, ...]:
+        """The buffer ids of the physical memory behind ``[ptr, ptr+length)`` now: a
+        cudaMalloc block's, or each VMM mapping's ``cuMemCreate`` handle's; () where part of
+        it is not mapped. Ids are never reused [DOC], so memory unmapped and mapped again at
+        the same address (torch_memory_saver's pause and resume, docs/gpu-rdma.md §7) has
+        new ones."""
+        d = self.driver
+        block = d.device_owner(ptr)
+        if block is not None:
+            return (block.buffer_id,) if ptr + length <= block.end else ()
+        covering = d.vmm.mappings_covering(ptr, max(length, 1))
+        return tuple(m.phys.buffer_id for m in covering) if covering else ()
+
     def bar1_charge(self, device: int, nbytes: int) -> None:
         """Take (or, negative, give back) BAR1 bytes of ``device``."""
         with self.driver.lock:

@@ -48,6 +48,11 @@ class SegmentBuffer:
     def holds(self, addr: int, nbytes: int) -> bool:
         return self.addr <= addr and addr + nbytes <= self.addr + self.length
 
+    def invalidated(self) -> bool:
+        """Whether an MR of this buffer was invalidated under it (device memory released
+        and mapped again, docs/gpu-rdma.md §7): the work requests through its keys fail."""
+        return any(m.invalidated() for m in self.mrs)
+
 
 @dataclass(eq=False)
 class Segment:
@@ -69,6 +74,13 @@ class Segment:
     def holds(self, addr: int, nbytes: int) -> bool:
         """The tcp server's check: the whole range inside one published buffer (§8.4)."""
         return any(b.holds(addr, nbytes) for b in self.buffers)
+
+    def usable(self, addr: int, nbytes: int) -> bool:
+        """The rdma transport's check: the range inside one published buffer whose MRs
+        still reach its memory (an invalidated MR fails the slice's work request: the
+        responder's IBV_WC_REM_ACCESS_ERR or the requester's IBV_WC_LOC_PROT_ERR, and the
+        engine reports the batch failed, docs/gpu-rdma.md §7) [INF]."""
+        return any(b.holds(addr, nbytes) and not b.invalidated() for b in self.buffers)
 
     def snapshot(self) -> Segment:
         return Segment(self.name, list(self.buffers))

@@ -94,9 +94,10 @@ class EngineState:
         """One entry: False where the real transfer fails (the whole call is then -1)."""
         if nbytes == 0:
             return True
-        if not peer.segment.holds(remote, nbytes):
+        rdma = self.protocol == "rdma"
+        if not (peer.segment.usable if rdma else peer.segment.holds)(remote, nbytes):
             return False
-        if self.protocol == "rdma" and not self.segment.holds(local, nbytes):
+        if rdma and not self.segment.usable(local, nbytes):
             return False
         if write:
             memory.copy(peer.node.space, remote, self.node.space, local, nbytes)

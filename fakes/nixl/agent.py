@@ -107,6 +107,9 @@ class nixlAgent:
         # forgets them, UCX does not, and every later load (even after remove_remote_agent)
         # is INVALID_PARAM [OBS-local]
         self.unloadable: set[str] = set()
+        # the device memory behind each VRAM descriptor when it was registered (its buffer
+        # ids, GpuMemory.backing): memory released and mapped anew is not reached through it
+        self.backing: dict[tuple[int, int, int], tuple[int, ...]] = {}
         fake.agents[name] = self
 
     # -- plugins and backends -----------------------------------------------------------------
@@ -151,6 +154,9 @@ class nixlAgent:
                          "potential backends")
         # overlapping, duplicate and zero-length descriptors are all taken [OBS-local]
         self.regs.setdefault(int(mem), []).extend(descs[i] for i in range(descs.descCount()))
+        if mem == nixl_mem_t.VRAM_SEG and self.fake.gpu is not None:
+            for addr, length, dev in descs.ranges:
+                self.backing[(addr, length, dev)] = self.fake.gpu.backing(addr, length)
         return S.NIXL_SUCCESS
 
     def refused(self, mem: nixl_mem_t) -> None:
@@ -172,6 +178,21 @@ class nixlAgent:
             return
         if self._mem_backends(descs.getType(), handles):
             self.refused(descs.getType())
+
+    def invalidated(self, ranges: Sequence[Range]) -> bool:
+        """Whether a VRAM range is reached only through descriptors whose device memory was
+        released since they were registered (the MR UCX made through nvidia-peermem was
+        invalidated, docs/gpu-rdma.md §7) [UNC]."""
+        gpu = self.fake.gpu
+        if gpu is None:
+            return False
+        regs = self.regs.get(int(nixl_mem_t.VRAM_SEG), [])
+        for addr, length, dev in ranges:
+            over = [r[:3] for r in regs if r[2] == dev and r[0] <= addr
+                    and addr + length <= r[0] + r[1]]
+            if over and all(self.backing.get(r) != gpu.backing(r[0], r[1]) for r in over):
+                return True
+        return False
 
     def _vram_refused(self, ranges: Sequence[Range]) -> str | None:
         if self.fake.profile.vram == "host-ucx" or self.fake.gpu is None:

@@ -113,12 +113,16 @@ class FakeNixl:
     # -- transfers ----------------------------------------------------------------------------
     def run_transfer(self, agent: nixlAgent, xfer: Xfer) -> str:
         """Move the bytes of a posted request; "DONE" or "ERR" (remote memory deregistered
-        since its metadata was loaded, under ``stale_remote="error"``)."""
+        since its metadata was loaded, under ``stale_remote="error"``; a VRAM range reached
+        only through a registration whose device memory was released, docs/gpu-rdma.md §7)."""
         peer = self.agents.get(xfer.agent) if xfer.agent != agent.name else agent
         if peer is not None and self.profile.stale_remote == "error":
             live = peer.ranges(xfer.mems[1])
             if not populate(live, xfer.remote):
                 return "ERR"
+        if agent.invalidated(xfer.local) or (peer is not None
+                                              and peer.invalidated(xfer.remote)):
+            return "ERR"          # the invalidated MR's work request fails (§7 of gpu-rdma.md)
         if bindings.nixl_mem_t.VRAM_SEG not in xfer.mems:   # device bytes are not kept
             here = self.node.space
             there = peer.fake.node.space if peer is not None else here

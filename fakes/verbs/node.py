@@ -57,6 +57,8 @@ class GpuLike(Protocol):
 
     def bar1_charge(self, device: int, nbytes: int) -> None: ...
 
+    def backing(self, ptr: int, length: int) -> tuple[int, ...]: ...
+
 
 class FabricLike(Protocol):
     """What a node needs from its fabric: the shared trace and fault plan, and the
@@ -109,6 +111,8 @@ class MrRecord:
     dmabuf_fd: int = -1   # ibv_reg_dmabuf_mr: the dma-buf it imported
     # where the process sees the byte at iova X: X + host_delta (a DRM dma-buf's mapping)
     host_delta: int = 0
+    # the physical device memory nvidia-peermem pinned (GpuMemory.backing at registration)
+    gpu_backing: tuple[int, ...] = ()
 
     @property
     def end(self) -> int:
@@ -117,6 +121,17 @@ class MrRecord:
     def contains(self, addr: int, nbytes: int) -> bool:
         """§5.3: a range is usable only if it lies wholly inside this one MR."""
         return self.addr <= addr and addr + nbytes <= self.end
+
+    def invalidated(self) -> bool:
+        """Whether the device memory this MR pinned through nvidia-peermem was freed under
+        it (``cuMemUnmap`` + ``cuMemRelease``, ``cudaFree``): the driver's free callback made
+        the peer client invalidate the MR, so the HCA refuses its keys though the MR is
+        still registered (docs/gpu-rdma.md §7) [INF]. Memory mapped again at the same
+        address is other memory: the MR stays dead."""
+        gpu = self.nic.node.gpu
+        if self.gpu_device < 0 or not self.gpu_backing or gpu is None:
+            return False
+        return gpu.backing(self.addr, self.length) != self.gpu_backing
 
 
 @dataclass(frozen=True)
@@ -203,7 +218,9 @@ class Nic:
         gpu_device, gpu_bytes = self._gpu_pin(addr, length)
         rec = MrRecord(self, pd_id, addr, length, self._effective_access(access), key, key,
                        0 if odp or gpu_device >= 0 else _npages(addr, length), owner,
-                       gpu_device=gpu_device, gpu_bytes=gpu_bytes)
+                       gpu_device=gpu_device, gpu_bytes=gpu_bytes,
+                       gpu_backing=self.node.gpu.backing(addr, length)
+                       if gpu_device >= 0 and self.node.gpu is not None else ())
         self._mrs[key] = rec
         self.node.pinned_pages += rec.npages
         self.node.fabric.trace.append(self.face, "reg_mr", args, 0, key, False)

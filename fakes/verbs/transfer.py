@@ -90,7 +90,8 @@ Done = Callable[..., "WC | None"]
 def _local_ok(nic: Nic, pd_id: int, sges: list[SGE], need: int) -> bool:
     for sge in sges:
         rec = nic.mr_by_key(sge.lkey)
-        if rec is None or rec.pd_id != pd_id or not rec.contains(sge.addr, sge.length):
+        if rec is None or rec.pd_id != pd_id or not rec.contains(sge.addr, sge.length) \
+                or rec.invalidated():
             return False
         if need and not rec.access & need:
             return False
@@ -203,7 +204,7 @@ def execute_send(qp: QP, wr: SendWR) -> WC | None:
         return done(int(St.IBV_WC_REM_INV_REQ_ERR))
     rec = peer.nic.mr_by_key(wr.rkey)
     if rec is None or rec.pd_id != peer.pd.pd_id or not rec.contains(wr.remote_addr, total) \
-            or not rec.access & want:
+            or not rec.access & want or rec.invalidated():
         return done(int(St.IBV_WC_REM_ACCESS_ERR))
     remote = [(pspace, wr.remote_addr + rec.host_delta, total)]
     moved = _move(remote, local) if opcode == Op.IBV_WR_RDMA_WRITE else _move(local, remote)

@@ -32,6 +32,7 @@ from kvreg.harness.run.rules import (
 )
 
 from .buffers import KvBuffer
+from .memory_saver import release_text
 from .record import BaseNodeRun, BaseRecord
 
 __all__ = ["GrRecord", "NodeRun", "Published", "check_gpu_rdma_run", "gpu_rdma_warnings"]
@@ -292,6 +293,19 @@ def check_transfers(r: GrRecord) -> list[Violation]:
         else:
             where = "no registration call of register named it"
         offset = f.addr - (entry.ptr if entry is not None else f.addr)
+        if f.invalidated:
+            again = [c for c in _calls(r, n, REGISTER_APIS, n.seq_end) if entry is not None
+                     and any(a <= entry.ptr < a + max(sz, 1) for a, sz in _entries_of(c))]
+            tried = (f"; {_call_text(n, again[-1])} after resume returned "
+                     f"{code_text(int(again[-1].code or 0))}" if again else "")
+            out.append(Violation(
+                "transfer-unregistered",
+                f"batch_transfer_sync_write of {f.buffer} page {f.page} failed "
+                f"({code_text(f.code)}): {f.side}'s {f.buffer}+{offset:#x} ({f.nbytes} bytes) "
+                f"lies in a published buffer whose MR is invalidated: {release_text(f.side)}"
+                f"{tried}",
+                ORDER_TRANSFER))
+            continue
         out.append(Violation(
             "transfer-unregistered",
             f"batch_transfer_sync_write of {f.buffer} page {f.page} failed "

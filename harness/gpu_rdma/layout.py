@@ -7,8 +7,11 @@ per layer of ``kv_lora_rank + qk_rope_head_dim``; its ``kv_item_lens`` are one p
 buffer. Where the bytes come from is the allocator: ``cudaMalloc`` (a block per tensor),
 ``one_block`` (tensors carved from one block, so their pointers are interior: Mooncake
 #2035) or ``expandable_segments`` (PyTorch's VMM segments: 20 MiB ``cuMemCreate`` mappings
-in one reservation, Mooncake #2511). Aux buffers are host memory (SGLang's metadata
-buffers); state buffers (a hybrid model's) are cudaMalloc blocks.
+in one reservation, Mooncake #2511) or ``memory_saver`` (torch_memory_saver's region: a
+``cuMemCreate`` + ``cuMemAddressReserve`` + ``cuMemMap`` of its own per tensor, so a pause can
+release it and a resume map new memory at the same address: memory_saver.py). Aux buffers
+are host memory (SGLang's metadata buffers); state buffers (a hybrid model's) are cudaMalloc
+blocks, or under ``memory_saver`` allocations of the region as the KV tensors.
 """
 
 from __future__ import annotations
@@ -27,10 +30,13 @@ from kvreg.harness.run.target import CannotRun
 from .buffers import KvBuffer, KvBuffers, make_buffers
 from .options import GpuRdmaOptions
 
-__all__ = ["SEGMENT_MAPPING", "KvLayout", "LayoutError", "allocate", "kv_shapes", "ready"]
+__all__ = ["SAVER_ROUND", "SEGMENT_MAPPING", "KvLayout", "LayoutError", "allocate", "kv_shapes",
+           "ready", "saver_create", "saver_pause", "saver_resume"]
 
 SEGMENT_MAPPING = 20 << 20     # PyTorch's expandable segment granule (Mooncake #2511)
 _TORCH_ROUND = 512             # the caching allocator's rounding of a block
+SAVER_ROUND = 2 << 20          # the caching allocator's large-block rounding, the VMM granule
+_GDR_WITH_VMM = 110            # CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED
 
 
 class LayoutError(ValueError):
@@ -43,6 +49,8 @@ class KvLayout:
 
     buffers: KvBuffers
     device_ranges: list[tuple[int, int]] = field(default_factory=list)
+    # torch_memory_saver's allocations (``memory_saver``): [base, size, cuMemCreate handle]
+    saver: list[list[int]] = field(default_factory=list)
 
 
 def kv_shapes(geometry: Any) -> list[tuple[str, int, int]]:
@@ -90,9 +98,52 @@ def _round(n: int, unit: int) -> int:
     return -(-n // unit) * unit
 
 
+def saver_create(drv: Any, size: int) -> Any:
+    """torch_memory_saver's ``cu_mem_create``: pinned device memory, GPUDirect RDMA capable
+    where the device says GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED (110) (csrc/utils.h) [SRC]."""
+    gdr = _ok(drv.cuDeviceGetAttribute(_GDR_WITH_VMM, 0), "cuDeviceGetAttribute")
+    return _ok(drv.cuMemCreate(size, _Prop(0, bool(gdr)), 0), "cuMemCreate")
+
+
+def _saver_malloc(drv: Any, size: int, saver: list[list[int]]) -> int:
+    """``TorchMemorySaver::malloc`` (csrc/core.cpp) [SRC]: a handle, a reservation of its
+    size, the handle mapped there and made accessible. PyTorch's caching allocator asks for
+    2 MiB multiples, the granularity [INF]."""
+    size = _round(size, SAVER_ROUND)
+    handle = saver_create(drv, size)
+    va = int(_ok(drv.cuMemAddressReserve(size, 0, 0, 0), "cuMemAddressReserve"))
+    _ok(drv.cuMemMap(va, size, 0, handle, 0), "cuMemMap")
+    _ok(drv.cuMemSetAccess(va, size, [_Access(0)], 1), "cuMemSetAccess")
+    saver.append([va, size, int(handle)])
+    return va
+
+
+def saver_pause(drv: Any, saver: list[list[int]]) -> None:
+    """``TorchMemorySaver::pause`` (csrc/core.cpp) [SRC]: each allocation unmapped and its
+    handle released; the reservation stays."""
+    for base, size, handle in saver:
+        _ok(drv.cuMemUnmap(base, size), "cuMemUnmap")
+        _ok(drv.cuMemRelease(handle), "cuMemRelease")
+
+
+def saver_resume(drv: Any, saver: list[list[int]]) -> None:
+    """``TorchMemorySaver::resume`` [SRC]: new memory of each allocation's size created,
+    mapped at the same address and made accessible (the contents are gone)."""
+    for entry in saver:
+        base, size, _ = entry
+        handle = saver_create(drv, size)
+        _ok(drv.cuMemMap(base, size, 0, handle, 0), "cuMemMap")
+        _ok(drv.cuMemSetAccess(base, size, [_Access(0)], 1), "cuMemSetAccess")
+        entry[2] = int(handle)
+
+
 def _carve(drv: Any, sizes: list[int], opts: GpuRdmaOptions,
-           ranges: list[tuple[int, int]]) -> list[int]:
+           ranges: list[tuple[int, int]], saver: list[list[int]]) -> list[int]:
     """The base of each KV tensor under the scenario's allocator."""
+    if opts.allocator == "memory_saver":
+        bases = [_saver_malloc(drv, size, saver) for size in sizes]
+        ranges.extend((a[0], a[1]) for a in saver)
+        return bases
     if opts.allocator == "cudaMalloc":
         bases = []
         for size in sizes:
@@ -127,7 +178,8 @@ def allocate(drv: Any, node: Node, geometry: Any, opts: GpuRdmaOptions, *,
     and the aux buffers are host memory, so transfers move bytes."""
     shapes = kv_shapes(geometry)
     ranges: list[tuple[int, int]] = []
-    bases = _carve(drv, [s for _, s, _ in shapes], opts, ranges)
+    saver: list[list[int]] = []
+    bases = _carve(drv, [s for _, s, _ in shapes], opts, ranges, saver)
     entries = [KvBuffer(name, base, size, "VRAM", 0, "kv")
                for (name, size, _), base in zip(shapes, bases, strict=True)]
     items: dict[str, list[int]] = {"kv": [i for _, _, i in shapes]}
@@ -138,8 +190,12 @@ def allocate(drv: Any, node: Node, geometry: Any, opts: GpuRdmaOptions, *,
         entries.append(KvBuffer(f"aux{i}", base, opts.aux_bytes, "DRAM", 0, "aux"))
     items["aux"] = [opts.aux_item] * opts.aux
     for i in range(opts.state):
-        base = int(_ok(drv.cuMemAlloc(opts.state_bytes), "cuMemAlloc"))
-        ranges.append((base, opts.state_bytes))
+        if opts.allocator == "memory_saver":
+            base = _saver_malloc(drv, opts.state_bytes, saver)
+            ranges.append((base, saver[-1][1]))
+        else:
+            base = int(_ok(drv.cuMemAlloc(opts.state_bytes), "cuMemAlloc"))
+            ranges.append((base, opts.state_bytes))
         entries.append(KvBuffer(f"state{i}", base, opts.state_bytes, "VRAM", 0, "state"))
     items["state"] = [opts.state_bytes] * opts.state
     for base, size in ranges:
@@ -148,7 +204,7 @@ def allocate(drv: Any, node: Node, geometry: Any, opts: GpuRdmaOptions, *,
             node.space.add_device(base, SparseBytes(size), name)
         else:
             node.space.add(Allocation(base, size, name, "virtual"))
-    return KvLayout(make_buffers(entries, items, gpu_id=0), ranges)
+    return KvLayout(make_buffers(entries, items, gpu_id=0), ranges, saver)
 
 
 def ready(cuda: Any) -> Any:

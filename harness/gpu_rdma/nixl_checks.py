@@ -38,6 +38,7 @@ from .checks import (  # the engine's checks declare the rules first
     rollback_left,
     teardown_raised,
 )
+from .memory_saver import release_text
 from .nixl_transfers import MetadataFailure
 from .record import BaseNodeRun, BaseRecord
 
@@ -259,11 +260,13 @@ def check_transfers(r: NxRecord) -> list[Violation]:
             where = (f"registered by {_text(n, calls[-1])} (seq {calls[-1].seq}), which does "
                      "not cover it now")
         offset = f.addr - (entry.ptr if entry is not None else f.addr)
+        what = (f"lies in a registered descriptor whose MR is invalidated: "
+                f"{release_text(f.side)}" if f.invalidated else
+                f"is in no registered descriptor; {where}")
         out.append(Violation(
             "transfer-unregistered",
             f"the NIXL WRITE of {f.buffer} page {f.page} failed ({status_name(f.code)}): "
-            f"{f.side}'s {f.buffer}+{offset:#x} ({f.nbytes} bytes) is in no registered "
-            f"descriptor; {where}", ORDER_TRANSFER))
+            f"{f.side}'s {f.buffer}+{offset:#x} ({f.nbytes} bytes) {what}", ORDER_TRANSFER))
     return out
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from .buffers import GROUPS, KINDS, KvBuffers
 
-__all__ = ["register", "teardown"]
+__all__ = ["register", "release", "resume", "teardown"]
 
 
 def register(agent: Any, buffers: KvBuffers) -> list[Any]:
@@ -56,3 +56,13 @@ def teardown(agent: Any, handle: list[Any]) -> None:
     handle[:] = _release(agent, handle)
     if handle:
         raise RuntimeError(f"deregister_memory failed for {len(handle)} descriptor list(s)")
+
+
+def release(agent: Any, handle: list[Any]) -> None:
+    """Before a memory saver releases the KV cache: deregister every list (teardown)."""
+    teardown(agent, handle)
+
+
+def resume(agent: Any, buffers: KvBuffers, handle: list[Any]) -> list[Any]:
+    """After it mapped new memory at the same addresses: register the lists again."""
+    return register(agent, buffers)

@@ -123,7 +123,14 @@ def _culprit(src: Any, peer: str, a: KvBuffer, b: KvBuffer, pages: list[int],
     mine = src.agent.ranges(mem)
     view = src.agent.remotes.get(peer)
     theirs = view.regs.get(mem, []) if view is not None else []
+    peer_agent = src.agent.fake.agents.get(peer)
     for p, lo, re in zip(pages, local, remote, strict=True):
+        if src.agent.invalidated([lo]):
+            return TransferFailure(seq, a.name, p, "prefill", lo[0], lo[1], status,
+                                   invalidated=True)
+        if peer_agent is not None and peer_agent.invalidated([re]):
+            return TransferFailure(seq, b.name, p, "decode", re[0], re[1], status,
+                                   invalidated=True)
         if not covered(mine, lo):
             return TransferFailure(seq, a.name, p, "prefill", lo[0], lo[1], status)
         if not covered(theirs, re):

@@ -65,6 +65,7 @@ class NixlWorld(NodeWorld[NixlNode, NxRecord]):
         return sorted((mem, a, n, d) for mem, rs in _regs(node).items() for a, n, d in rs)
 
     def transfer(self) -> None:
+        self.pause()
         if not self.opts.transfers:
             return
         src, dst = self.nodes
@@ -77,7 +78,7 @@ class NixlWorld(NodeWorld[NixlNode, NxRecord]):
         self.written(failures, moved, total)
 
     def judge(self) -> list[Violation]:
-        return check_nixl_run(self.record)
+        return self.judged(check_nixl_run(self.record))
 
     def warnings(self) -> list[Violation]:
         return nixl_warnings(self.record)

@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from kvreg.fakes.cuda.fake_cuda import FakeCuda
 from kvreg.fakes.mooncake import FakeMooncake
 from kvreg.harness.run.budget import CallBudget
+from kvreg.harness.run.result import Violation
 from kvreg.harness.run.world import TracedWorld, next_seq
 
 from . import styles
 from .buffers import KvBuffer
 from .layout import KvLayout, allocate, ready
+from .memory_saver import HookError, pause_resume, with_hook_errors
 from .options import NODES, GpuRdmaOptions
 from .record import BaseNodeRun, BaseRecord
 from .transfers import TransferFailure
@@ -88,6 +90,9 @@ class NodeWorld(TracedWorld, Generic[NodeT, RecordT]):
         super().__init__(fake, record, budget)
         self.opts = opts
         self.nodes = nodes
+        self.impl: Implementation | None = None
+        # the implementation's release / resume hooks that raised (pause_resume)
+        self.hook_errors: list[HookError] = []
 
     def registrar(self, node: NodeT) -> Any:
         """What the implementation registers with on ``node`` (its style's first argument)."""
@@ -107,6 +112,7 @@ class NodeWorld(TracedWorld, Generic[NodeT, RecordT]):
 
     def register(self, impl: Implementation) -> bool:
         """Each node's buffers through the implementation; stop at the first error."""
+        self.impl = impl
         for node, run in self._runs():
             self.progress.step("register", f"{node.name}: {len(run.entries)} buffers")
             run.seq_start = next_seq(self.fake)
@@ -120,6 +126,17 @@ class NodeWorld(TracedWorld, Generic[NodeT, RecordT]):
                 return False
             run.handle, run.registered = handle, True
         return True
+
+    def pause(self) -> None:
+        """The memory saver's pause and resume between register and the transfers, where
+        the scenario asks for it (``pause_resume``, memory_saver.py)."""
+        if self.opts.pause_resume and self.impl is not None:
+            self.hook_errors = pause_resume(self, self.impl, lambda: next_seq(self.fake),
+                                            self.registrar)
+
+    def judged(self, found: list[Violation]) -> list[Violation]:
+        """The transport's rules' violations with the hooks that raised."""
+        return with_hook_errors(found, self.hook_errors, self.record.expect)
 
     def pairs(self) -> list[tuple[KvBuffer, KvBuffer, int]]:
         """(prefill's buffer, decode's, its page's length) of every buffer, in order."""

@@ -20,7 +20,13 @@ Options, all optional (docs/gpu-rdma.md §2):
   ``covering`` (#3538) (docs/mooncake-verbs.md §8.9)
 - ``allocator``: ``cudaMalloc`` (one block per buffer, as SGLang's pools), ``one_block``
   (every KV buffer a view into one cudaMalloc block: interior pointers, Mooncake #2035) or
-  ``expandable_segments`` (PyTorch's VMM segments in 20 MiB mappings, Mooncake #2511)
+  ``expandable_segments`` (PyTorch's VMM segments in 20 MiB mappings, Mooncake #2511) or
+  ``memory_saver`` (torch_memory_saver's region "kv_cache": a VMM allocation per tensor)
+- ``pause_resume``: between register and the transfers, each node's memory saver releases
+  the KV cache's device memory and maps new memory at the same addresses, around the
+  implementation's optional ``release`` / ``resume`` hooks (default false; needs
+  ``allocator = "memory_saver"``; over the engine, its nvidia-peermem path; docs/gpu-rdma.md
+  §7)
 - ``vmm_gdr``: the expandable segments' memory created ``gpuDirectRDMACapable`` (default
   false) [UNC]
 - ``aux`` / ``aux_bytes`` / ``aux_item``: host aux buffers (default 2 of 64 KiB, 64 B items)
@@ -52,7 +58,7 @@ if TYPE_CHECKING:
 __all__ = ["ALLOCATORS", "ENGINES", "NODES", "TRANSPORTS", "GpuRdmaOptions", "process_config",
            "validate_options"]
 
-ALLOCATORS = ("cudaMalloc", "one_block", "expandable_segments")
+ALLOCATORS = ("cudaMalloc", "one_block", "expandable_segments", "memory_saver")
 ENGINES = ("v0.3.13", "v0.3.11")
 TRANSPORTS = ("mooncake", "nixl")
 # the nodes of every scenario, in registration order: prefill writes into decode
@@ -61,7 +67,7 @@ NODES = ("prefill", "decode")
 _SWITCHES = {"batch_validates": "engine_batch_validates",
              "batch_propagates_errors": "engine_batch_propagates_errors",
              "rolls_back_transports": "engine_rolls_back_transports"}
-_BOOLS = ("peermem", "vmm_gdr", "transfers", *_SWITCHES)
+_BOOLS = ("peermem", "vmm_gdr", "transfers", "pause_resume", *_SWITCHES)
 _COUNTS = ("aux", "state")
 _BYTES = ("bar1", "aux_bytes", "aux_item", "state_bytes")
 _CHOICES = {"engine": ENGINES, "allocator": ALLOCATORS, "transport": TRANSPORTS,
@@ -92,6 +98,7 @@ class GpuRdmaOptions:
     state_bytes: int = 8 << 20
     transfers: bool = True
     transport: str = "mooncake"
+    pause_resume: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> GpuRdmaOptions:
@@ -137,8 +144,7 @@ def validate_options(options: Mapping[str, Any]) -> list[str]:
     for key, allowed in _CHOICES.items():
         if key in options and options[key] not in allowed:
             problems.append(f"{key} = one of {list(allowed)} (got {options[key]!r})")
-    if "dmabuf_export" in options and options.get("gpu_registration") != "dmabuf":
-        problems.append('dmabuf_export needs gpu_registration = "dmabuf"')
+    problems += _pairing_problems(options)
     if options.get("transport") == "nixl":
         # UCX chooses the NICs and there is no engine version over NIXL (docs/gpu-rdma.md §6)
         problems += [f"{k} applies to transport = 'mooncake' only (UCX chooses the NICs "
@@ -156,6 +162,24 @@ def validate_options(options: Mapping[str, Any]) -> list[str]:
                                   or value < low):
             what = "a count" if key in _COUNTS else "a byte count"
             problems.append(f"{key} = {what} (got {value!r})")
+    return problems
+
+
+def _pairing_problems(options: Mapping[str, Any]) -> list[str]:
+    """Options that need another: ``dmabuf_export`` the dma-buf path; ``pause_resume``
+    memory the saver allocated, and a path whose MRs' fate after the release has a source
+    (docs/gpu-rdma.md §7)."""
+    problems = []
+    if "dmabuf_export" in options and options.get("gpu_registration") != "dmabuf":
+        problems.append('dmabuf_export needs gpu_registration = "dmabuf"')
+    if options.get("pause_resume") is not True:
+        return problems
+    if options.get("allocator") != "memory_saver":
+        problems.append('pause_resume needs allocator = "memory_saver" (only memory '
+                        "torch_memory_saver allocated is released)")
+    if options.get("gpu_registration") == "dmabuf":
+        problems.append("pause_resume is modelled on the nvidia-peermem path only (what a "
+                        "dma-buf MR reaches after its memory is released is not settled)")
     return problems
 
 

@@ -6,7 +6,9 @@ buffer's warning and returned 0 (#2869, docs/mooncake-verbs.md §8.3), so only t
 call reports a failure on every engine version. A failure unregisters what this call
 registered, newest first, then raises RuntimeError naming the buffer and the code; teardown
 unregisters each buffer once, by its base, and forgets it, keeping only those the engine
-refused for a later round.
+refused for a later round. Around a memory saver's pause (docs/gpu-rdma.md §7) ``release``
+unregisters as teardown does and ``resume`` registers the buffers again, as SGLang's
+Mooncake KV manager does since sglang #27696.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from .buffers import KvBuffers
 
-__all__ = ["register", "teardown"]
+__all__ = ["register", "release", "resume", "teardown"]
 
 
 def register(engine: Any, buffers: KvBuffers) -> list[int]:
@@ -41,3 +43,13 @@ def teardown(engine: Any, handle: list[int]) -> None:
     if failed:
         raise RuntimeError("unregister_memory failed: "
                            + ", ".join(f"{b:#x} -> {rc}" for b, rc in failed))
+
+
+def release(engine: Any, handle: list[int]) -> None:
+    """Before the memory saver releases the KV cache: unregister everything (teardown)."""
+    teardown(engine, handle)
+
+
+def resume(engine: Any, buffers: KvBuffers, handle: list[int]) -> list[int]:
+    """After it mapped new memory at the same addresses: register the buffers again."""
+    return register(engine, buffers)

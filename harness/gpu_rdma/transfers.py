@@ -29,6 +29,9 @@ class TransferFailure:
     addr: int
     nbytes: int
     code: int
+    # the range is published, but an MR of its buffer was invalidated under it (its device
+    # memory released and mapped again: docs/gpu-rdma.md §7)
+    invalidated: bool = False
 
 
 def segment_edges(engine: Any) -> list[int]:
@@ -42,6 +45,11 @@ def segment_edges(engine: Any) -> list[int]:
 def _holds(engine: Any, addr: int, nbytes: int) -> bool:
     st = engine.state
     return st is not None and st.segment.holds(addr, nbytes)
+
+
+def _usable(engine: Any, addr: int, nbytes: int) -> bool:
+    st = engine.state
+    return st is not None and st.segment.usable(addr, nbytes)
 
 
 def pair_pages(src: KvBuffer, dst: KvBuffer, item: int,
@@ -80,8 +88,9 @@ def write_pages(src_engine: Any, dst_engine: Any, pairs: list[tuple[KvBuffer, Kv
 def _culprit(src_engine: Any, dst_engine: Any, src: KvBuffer, dst: KvBuffer, item: int,
              pages: list[int], lens: list[int], seq: int, code: int) -> TransferFailure:
     for p, n in zip(pages, lens, strict=True):
-        if not _holds(src_engine, src.ptr + p * item, n):
-            return TransferFailure(seq, src.name, p, "prefill", src.ptr + p * item, n, code)
-        if not _holds(dst_engine, dst.ptr + p * item, n):
-            return TransferFailure(seq, dst.name, p, "decode", dst.ptr + p * item, n, code)
+        for side, engine, buf in (("prefill", src_engine, src), ("decode", dst_engine, dst)):
+            at = buf.ptr + p * item
+            if not _usable(engine, at, n):
+                return TransferFailure(seq, buf.name, p, side, at, n, code,
+                                       invalidated=_holds(engine, at, n))
     return TransferFailure(seq, src.name, pages[0], "prefill", src.ptr, lens[0], code)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from kvreg.fakes.cuda.fake_cuda import FakeCuda
 from kvreg.fakes.mooncake import FakeMooncake
 from kvreg.fakes.mooncake.engine import TransferEngine
+from kvreg.harness.run.implementation import ImplementationError
 from kvreg.harness.run.result import Violation
 from kvreg.harness.run.target import CannotRun, SkipScenario
 from kvreg.harness.run.world import TracedWorld, next_seq
@@ -26,6 +27,7 @@ from . import styles
 from .checks import GrRecord, NodeRun, Published, check_gpu_rdma_run, gpu_rdma_warnings
 from .data import compare_pages, fill_sources
 from .layout import KvLayout, LayoutError
+from .memory_saver import hooks
 from .node_world import BaseNode, NodeWorld, arm_faults, build_nodes
 from .options import NODES, GpuRdmaOptions
 from .transfers import write_pages
@@ -94,6 +96,7 @@ class GpuRdmaWorld(NodeWorld[GpuNode, GrRecord]):
         return sorted(st.core.regions.items()) if st else []
 
     def transfer(self) -> None:
+        self.pause()
         if not self.opts.transfers:
             return
         src, dst = self.nodes
@@ -108,7 +111,7 @@ class GpuRdmaWorld(NodeWorld[GpuNode, GrRecord]):
         self.written(failures, moved, total)
 
     def judge(self) -> list[Violation]:
-        return check_gpu_rdma_run(self.record)
+        return self.judged(check_gpu_rdma_run(self.record))
 
     def warnings(self) -> list[Violation]:
         return gpu_rdma_warnings(self.record)
@@ -126,6 +129,11 @@ def build_world(sc: Scenario, impl: Implementation, backend: Any) -> TracedWorld
     if why_not:
         raise SkipScenario(why_not)
     fake = deployment(opts)
+    if opts.pause_resume:
+        try:                 # a hook that cannot take its arguments: said before the run
+            hooks(impl, opts.transport)
+        except ImplementationError as exc:
+            raise CannotRun(str(exc)) from None
     try:
         if opts.transport == "nixl":
             from .nixl_world import build_nixl_world

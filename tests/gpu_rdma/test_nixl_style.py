@@ -190,6 +190,12 @@ CORRECT = ["nixl_per_kind", "nixl_per_group", "nixl_per_buffer", "nixl_cached_de
 def test_correct_nixl_implementations_pass_the_nixl_catalog(name: str) -> None:
     for scenario_id in NIXL:
         result = run(name, scenario_id)
+        if name and CATALOG[scenario_id].options.get("pause_resume"):
+            # no release / resume hook: the memory saver's pause leaves their VRAM
+            # registrations over released memory (tests/gpu_rdma/test_memory_saver.py)
+            assert result.verdict == "fail"
+            assert "memory saver released the KV cache" in result.violations[0].message
+            continue
         assert result.verdict == "pass", (scenario_id, [v.as_dict() for v in
                                                         result.violations], result.reason)
 

@@ -51,7 +51,8 @@ def test_the_buffers_shape_is_sglang_kvargs_plus_typed_entries() -> None:
 
 @pytest.mark.parametrize(("table", "words"), [
     ("{ allocator = \"malloc\" }", "allocator = one of ['cudaMalloc', 'one_block', "
-     "'expandable_segments'] (got 'malloc')"),
+     "'expandable_segments', 'memory_saver'] (got 'malloc')"),
+    ("{ pause_resume = true }", 'pause_resume needs allocator = "memory_saver"'),
     ("{ engine = \"0.3.12\" }", "engine = one of ['v0.3.13', 'v0.3.11']"),
     ("{ nics = { mlx5_0 = \"nope\" } }", "nics.mlx5_0 = a NIC profile"),
     ("{ bar1 = 0 }", "bar1 = a byte count (got 0)"),
@@ -154,7 +155,9 @@ def test_catalog_covers_the_issue() -> None:
     catalog = [sc for f in sorted((ROOT / "gpu_rdma").glob("*.toml")) for sc in load_file(f, ROOT)]
     opts = [GpuRdmaOptions.parse(sc.options) for sc in catalog]
     assert {type(sc.geometry()).__name__ for sc in catalog} == {"MHAGeometry", "MLAGeometry"}
-    assert {o.allocator for o in opts} == {"cudaMalloc", "one_block", "expandable_segments"}
+    assert {o.allocator for o in opts} == {"cudaMalloc", "one_block", "expandable_segments",
+                                           "memory_saver"}
+    assert any(o.pause_resume and len(o.nics) > 1 and o.state for o in opts)
     assert {o.engine for o in opts} == {"v0.3.13", "v0.3.11"}
     assert any(o.peermem is False for o in opts) and any(o.gpu == "t4-small-bar1" for o in opts)
     assert any(len(o.nics) > 1 for o in opts) and any(o.state for o in opts)
@@ -180,7 +183,8 @@ def test_a_register_that_cannot_take_the_call_is_refused(tmp_path: Path) -> None
 
 
 def test_the_cli_runs_the_catalog_with_the_style() -> None:
-    spec = str(IMPLS / "vllm_per_buffer.py")
+    # per buffer as vLLM, registering again after a memory saver's resume (docs/gpu-rdma.md §7)
+    spec = str(IMPLS / "saver_resume_reregisters.py")
     run = run_json(str(ROOT / "gpu_rdma"), "--impl", f"{spec}:register", "--teardown",
                    f"{spec}:teardown", "--style", "mooncake_engine", "-j", "1")
     scenarios = run.scenarios()
@@ -189,7 +193,7 @@ def test_the_cli_runs_the_catalog_with_the_style() -> None:
     # the engine's scenarios pass; the nixl_* ones (transport = "nixl") are skipped
     assert sorted(k for k, v in verdicts.items() if v == "pass") == sorted(
         k for k in verdicts if not k.split("/")[1].startswith("nixl_"))
-    assert len(verdicts) == 38 and list(verdicts.values()).count("skip") == 12
+    assert len(verdicts) == 43 and list(verdicts.values()).count("skip") == 14
 
 
 def test_code_imported_for_a_scenario_finds_the_fake_engine() -> None:

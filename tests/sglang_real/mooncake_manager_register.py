@@ -13,7 +13,13 @@ and its ``MooncakeTransferEngine.batch_register`` / ``batch_deregister`` as they
   the manager's own ``init_engine`` to take;
 - ``buffers`` becomes a real ``KVArgs``: the KV and aux lists as given, the state lists as
   SGLang keeps them (one list per state type: the target's one flat list is one type);
-- ``handle`` is the manager; teardown is its ``deregister_buffer_to_engine``.
+- ``handle`` is the manager; teardown is its ``deregister_buffer_to_engine``;
+- around a memory saver's pause (``pause_resume``, docs/gpu-rdma.md §7) ``release`` and
+  ``resume`` make the manager's calls the wheel's ``release_memory_occupation`` /
+  ``resume_memory_occupation`` of its disaggregation queues make (``PrefillBootstrapQueue``
+  and ``DecodePreallocQueue``: ``deregister_buffer_to_engine`` before the KV cache is paused,
+  ``register_buffer_to_engine`` after it is resumed; the queues' other work, clearing their
+  requests, is not registration).
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ try:
 finally:
     torch.cuda.is_available = _fake_is_available
 
-__all__ = ["register", "teardown"]
+__all__ = ["register", "release", "resume", "teardown"]
 
 
 def register(engine: Any, buffers: Any) -> Any:
@@ -61,3 +67,12 @@ def register(engine: Any, buffers: Any) -> Any:
 
 def teardown(engine: Any, handle: Any) -> None:
     handle.deregister_buffer_to_engine()
+
+
+def release(engine: Any, handle: Any) -> None:
+    handle.deregister_buffer_to_engine()
+
+
+def resume(engine: Any, buffers: Any, handle: Any) -> Any:
+    handle.register_buffer_to_engine()
+    return handle

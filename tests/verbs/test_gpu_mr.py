@@ -292,3 +292,46 @@ def test_rdma_write_into_a_drm_dmabuf_mr_lands_in_its_bytes(pair: Any) -> None:
     assert dmr.read(1000, 16) == src[:1000].tobytes()
     assert dmr.read(16, 0) == bytes(16)
     dmr.close()
+
+
+def _saver_mr(side: Any) -> tuple[Any, Any, list[list[int]]]:
+    """A 2 MiB torch_memory_saver allocation on ``side``'s attached GPU and an MR over it."""
+    from kvreg.harness.gpu_rdma.layout import saver_create
+
+    fake = FakeCuda("h200-r580")
+    drv = ready_driver(fake)
+    side.node.attach_gpu(fake.gpu_memory())
+    handle = saver_create(drv, 2 * MiB)
+    va = int(drv.cuMemAddressReserve(2 * MiB, 0, 0, 0)[1])
+    assert int(drv.cuMemMap(va, 2 * MiB, 0, handle, 0)[0]) == 0
+    mr = side.mods["pyverbs.mr"].MR(side.pd, 2 * MiB, RW, address=va)
+    return drv, mr, [[va, 2 * MiB, int(handle)]]
+
+
+@pytest.mark.parametrize("where", ["remote", "local"])
+def test_an_mr_over_released_and_remapped_device_memory_is_refused(pair: Any,
+                                                                   where: str) -> None:
+    # docs/gpu-rdma.md §7: the memory saver's pause frees the memory the MR pinned
+    # (nvidia-peermem's free callback invalidates it); new memory mapped at the same address
+    # is not reached through the old keys: the responder refuses the rkey
+    # (IBV_WC_REM_ACCESS_ERR), the requester the lkey (IBV_WC_LOC_PROT_ERR)
+    from kvreg.harness.gpu_rdma.layout import saver_pause, saver_resume
+
+    a, b = pair
+    host = a.buffer(4096, fill=7) if where == "remote" else b.buffer(4096)
+    drv, gmr, saver = _saver_mr(b if where == "remote" else a)
+    saver_pause(drv, saver)
+    saver_resume(drv, saver)
+    if where == "remote":
+        hmr = a.mr(host)
+        sge, rkey, remote = a.sge(host.ctypes.data, 1000, hmr.lkey), gmr.rkey, gmr.buf
+    else:
+        hmr = b.mr(host)
+        sge, rkey, remote = a.sge(gmr.buf, 1000, gmr.lkey), hmr.rkey, host.ctypes.data
+    a.qp.post_send(a.send_wr(int(V.ibv_wr_opcode.IBV_WR_RDMA_WRITE), [sge], rkey=rkey,
+                             remote=remote))
+    (wc,) = a.poll_all()
+    want = V.ibv_wc_status.IBV_WC_REM_ACCESS_ERR if where == "remote" else \
+        V.ibv_wc_status.IBV_WC_LOC_PROT_ERR
+    assert wc.status == int(want)
+    gmr.close()                          # ibv_dereg_mr of the dead MR succeeds

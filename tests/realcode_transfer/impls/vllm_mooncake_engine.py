@@ -12,7 +12,12 @@
   caching allocator made), named ``model.layers.<i>.<name>``; KV and aux buffers get an
   ``AttentionSpec`` of one block per page, state buffers a ``MambaSpec``. vLLM registers
   whatever tensors ``kv_caches`` holds, host ones included;
-- ``handle`` is the worker; teardown is its ``unregister_kv_caches``.
+- ``handle`` is the worker; teardown is its ``unregister_kv_caches``;
+- around a memory saver's pause (``pause_resume``, docs/gpu-rdma.md §7) ``release`` is the
+  worker's ``unregister_kv_caches`` and ``resume`` its ``restore_kv_caches`` (one
+  ``batch_register_memory`` of the bases it saw, result checked): the pair the connector
+  offers for vLLM's sleep mode (``supports_sleep_mode`` is true over RDMA); the order around
+  the unmapping is the caller's, as SGLang's is (inferred, the caller is not in the files).
 """
 
 from __future__ import annotations
@@ -62,3 +67,12 @@ def register(engine: Any, buffers: Any) -> Any:
 
 def teardown(engine: Any, handle: Any) -> None:
     handle.unregister_kv_caches()
+
+
+def release(engine: Any, handle: Any) -> None:
+    handle.unregister_kv_caches()
+
+
+def resume(engine: Any, buffers: Any, handle: Any) -> Any:
+    handle.restore_kv_caches()
+    return handle

@@ -15,7 +15,11 @@ style), from the wheel's files (``KVREG_VLLM_SRC``, .ci/vllm-connectors).
   registers as DRAM, devID 0;
 - ``use_mla`` is the pool's: an MLA pool's KV buffers are ``kv<i>`` (harness/gpu_rdma/
   layout.py), an MHA pool's ``k<i>`` / ``v<i>``;
-- ``handle`` is the worker; teardown is its ``unregister_kv_caches``.
+- ``handle`` is the worker; teardown is its ``unregister_kv_caches``;
+- around a memory saver's pause (``pause_resume``, docs/gpu-rdma.md §7) ``release`` is the
+  worker's ``unregister_kv_caches`` and ``resume`` its ``restore_kv_caches`` (the lists
+  registered again, the local transfer handles and the agent metadata it hands peers made
+  anew): the pair the connector offers for vLLM's sleep mode over UCX.
 """
 
 from __future__ import annotations
@@ -85,3 +89,12 @@ def register(agent: Any, buffers: Any) -> Any:
 
 def teardown(agent: Any, handle: Any) -> None:
     handle.unregister_kv_caches()
+
+
+def release(agent: Any, handle: Any) -> None:
+    handle.unregister_kv_caches()
+
+
+def resume(agent: Any, buffers: Any, handle: Any) -> Any:
+    handle.restore_kv_caches()
+    return handle
