@@ -22,7 +22,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kvreg.harness.run.endstate import exc_text
-from kvreg.harness.run.implementation import ImplementationError
 from kvreg.harness.run.result import Violation
 
 from . import nixl_reference, reference
@@ -59,6 +58,7 @@ def hooks(impl: Implementation, transport: str = "mooncake") -> dict[str, Callab
     """The implementation's ``release`` / ``resume`` found beside its register function
     (kvreg's reference: its own). A hook that cannot take its arguments
     is the implementation's mistake, said in one line."""
+    from kvreg.harness.run.implementation import ImplementationError  # the runner's, when it runs
     if impl.style == "reference":
         ref: Any = nixl_reference if transport == "nixl" else reference
         return {"release": ref.release, "resume": ref.resume}

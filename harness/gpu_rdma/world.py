@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from kvreg.fakes.cuda.fake_cuda import FakeCuda
 from kvreg.fakes.mooncake import FakeMooncake
 from kvreg.fakes.mooncake.engine import TransferEngine
-from kvreg.harness.run.implementation import ImplementationError
 from kvreg.harness.run.result import Violation
 from kvreg.harness.run.target import CannotRun, SkipScenario
 from kvreg.harness.run.world import TracedWorld, next_seq
@@ -130,6 +129,7 @@ def build_world(sc: Scenario, impl: Implementation, backend: Any) -> TracedWorld
         raise SkipScenario(why_not)
     fake = deployment(opts)
     if opts.pause_resume:
+        from kvreg.harness.run.implementation import ImplementationError
         try:                 # a hook that cannot take its arguments: said before the run
             hooks(impl, opts.transport)
         except ImplementationError as exc:
