@@ -186,8 +186,12 @@ def test_the_cli_runs_the_catalog_with_the_style() -> None:
     # per buffer as vLLM, registering again after a memory saver's resume (docs/gpu-rdma.md §7)
     spec = str(IMPLS / "saver_resume_reregisters.py")
     run = run_json(str(ROOT / "gpu_rdma"), "--impl", f"{spec}:register", "--teardown",
-                   f"{spec}:teardown", "--style", "mooncake_engine", "-j", "1")
+                   f"{spec}:teardown", "--style", "mooncake_engine", "-j", "1", to_file=True)
     scenarios = run.scenarios()
+    # the style takes no limit, and the contract line says what the verdicts rest on (it
+    # once read "contract: none declared by ;", an empty signature)
+    assert "contract: none (register(engine|agent, buffers) takes no limit)" in run.stdout
+    assert "declared by ;" not in run.stdout
     assert run.returncode == 0, run.stderr
     verdicts = {k: s["verdict"] for k, s in scenarios.items()}
     # the engine's scenarios pass; the nixl_* ones (transport = "nixl") are skipped
