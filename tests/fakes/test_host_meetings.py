@@ -110,7 +110,7 @@ def _victim(path: str, signalled: bool, ready: Any, killed: Any, out: Any) -> No
         memory.set_pid(None)     # as a scenario's rank from its register to the fills' end
     memory.touch(TiB, 600 * GiB)
     ready.set()
-    killed.wait(WAIT)
+    killed.poll(WAIT)
     out.put(0 in memory.host.killed())      # still running: it learns it now
 
 
@@ -120,14 +120,17 @@ def test_a_rank_without_its_pid_learns_its_kill_instead_of_dying(tmp_path: Path,
     """With its pid the victim's process is sent SIGKILL by the rank whose fault did not fit;
     without it (``RankMemory.set_pid(None)``) it runs on and learns it at its next look."""
     host = _host(tmp_path)
-    ready, killed, out = CTX.Event(), CTX.Event(), CTX.Queue()
+    # "killed" is a pipe, not an Event: Event.set waits for every process asleep in wait()
+    # to wake, and a victim SIGKILLed there never does (a CI run hung so)
+    ready, out = CTX.Event(), CTX.Queue()
+    killed, tell_killed = CTX.Pipe(duplex=False)
     victim = CTX.Process(target=_victim,
                          args=(str(host.state.path), signalled, ready, killed, out))
     victim.start()
     assert ready.wait(WAIT)
     host.rank(1).touch(2 * TiB, 600 * GiB)
     assert list(host.killed()) == [0]
-    killed.set()
+    tell_killed.send(True)
     victim.join(WAIT)
     if signalled:
         assert victim.exitcode == -signal.SIGKILL
