@@ -12,9 +12,12 @@ from where the range lives:
   while it lives; the answer needs no read of the file);
 - device memory and device aliases (at and above ``VIRTUAL_LIMIT``): never host memory;
 - real process memory: ``/proc/self/maps`` through :mod:`.procmaps` (the reader the verbs
-  fake uses too), read once and re-read only when a range is not found (new mappings
-  appear; a hit never costs a read). Where the file does not exist the range is taken as
-  mapped, since nothing better is known.
+  fake uses too), read again for every register, as the driver looks at the live page tables:
+  a cached hit can be stale (memory unmapped since, or a ``PROT_NONE`` guard where a readable
+  mapping was; a shuffled test run registered so across a freed buffer's guard page). No
+  register of the bundled catalog comes here (its buffers are the space's), so the read
+  costs the catalog nothing. Where the file does not exist the range is taken as mapped,
+  since nothing better is known.
 """
 
 from __future__ import annotations
@@ -28,11 +31,11 @@ PAGE = 4096
 
 
 def _real_range_is_mapped(maps: ProcessMaps, ptr: int, size: int) -> bool:
-    """From the process's mappings, a hit taken from the cache; where the system has no
+    """From the process's mappings as they are now; where the system has no
     ``/proc/self/maps`` the range is taken as mapped, since nothing better is known."""
     if not maps.available:
         return True
-    return maps.is_mapped(ptr, size, confirm=False)
+    return maps.is_mapped(ptr, size, fresh=True)
 
 
 def virtual_extent(space: AddressSpace, ptr: int) -> tuple[int, int] | None:

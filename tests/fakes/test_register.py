@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import gc
 
 import numpy as np
@@ -449,3 +450,28 @@ def test_virtual_buffer_is_mapped_exactly_up_to_its_page_rounded_end(
     expected = 0 if ptr + size <= mapped_end else 1
     assert _code(fake.runtime.cudaHostRegister(ptr, size, 0)) == expected
     assert len(_live(fake)) == (1 if expected == 0 else 0)
+
+
+def test_memory_unmapped_since_the_maps_were_read_is_not_mapped() -> None:
+    # docs/cuda-runtime.md §2.2 row "range not fully mapped" -> 1, for process memory the
+    # fake's space does not hold: the answer is the live mappings', never a stale read of
+    # /proc/self/maps (a cached hit once let a register across a freed buffer's page succeed)
+    from kvreg.fakes.procmaps import process_maps
+
+    if not process_maps().available:
+        pytest.skip("no /proc/self/maps on this platform")
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size = 4 * PAGE       # PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS
+    ptr = libc.mmap(None, size, 3, 0x22, -1, 0)
+    assert ptr not in (None, ctypes.c_void_p(-1).value)
+    fake = FakeCuda()
+    assert _code(fake.runtime.cudaHostRegister(ptr, size, 0)) == 0
+    assert _code(fake.runtime.cudaHostUnregister(ptr)) == 0
+    process_maps().refresh()            # the cache holds the region as readable ...
+    assert libc.munmap(ptr, size) == 0  # ... and it is unmapped after
+    assert _code(fake.runtime.cudaHostRegister(ptr, PAGE, 0)) == 1
+    assert _live(fake) == []
