@@ -55,23 +55,22 @@ class HookError:
 
 
 def hooks(impl: Implementation, transport: str = "mooncake") -> dict[str, Callable[..., Any]]:
-    """The implementation's ``release`` / ``resume`` found beside its register function
-    (kvreg's reference: its own). A hook that cannot take its arguments
+    """The implementation's ``release`` / ``resume`` found beside its register function, in
+    the module ``--impl`` names (kvreg's reference: its own). A hook that cannot take its arguments
     is the implementation's mistake, said in one line."""
     from kvreg.harness.run.implementation import ImplementationError  # the runner's, when it runs
     if impl.style == "reference":
         ref: Any = nixl_reference if transport == "nixl" else reference
         return {"release": ref.release, "resume": ref.resume}
-    fn = inspect.unwrap(impl.register_fn) if impl.register_fn is not None else None
-    if fn is None:
+    if impl.register_fn is None:
         return {}
     found = {}
     for name, params in HOOKS.items():
-        hook = getattr(fn, "__globals__", {}).get(name)
+        hook = impl.beside(name)
         if hook is None:
             continue
         if not callable(hook):
-            raise ImplementationError(f"{name} beside {fn.__qualname__} is not callable")
+            raise ImplementationError(f"{name} beside {impl.label} is not callable")
         try:
             inspect.signature(hook).bind(*params)
         except TypeError as exc:

@@ -93,6 +93,21 @@ def check_signature(fn: Callable[..., Any], style: str, role: int, option: str,
             f"{expected} ({exc})") from None
 
 
+def _file_module_name(path: Path) -> str:
+    """The name a ``file.py`` spec's module is imported under (one per resolved path)."""
+    return f"kvreg_user_{abs(hash(str(path.resolve())))}"
+
+
+def spec_module(spec: str, base: Path | None = None) -> str:
+    """The name of the module a loaded ``file.py:function`` or ``package.module:function``
+    spec names: where the implementation's optional functions beside it are looked up."""
+    target = spec.rpartition(":")[0]
+    if target.endswith(".py"):
+        path = Path(target)
+        return _file_module_name(path if path.is_absolute() else (base or Path.cwd()) / path)
+    return target
+
+
 def load_callable(spec: str, base: Path | None = None,
                   option: str = "--impl") -> Callable[..., Any]:
     """``file.py:function`` or ``package.module:function`` -> the function.
@@ -117,7 +132,7 @@ def load_callable(spec: str, base: Path | None = None,
         if folder in sys.path:
             sys.path.remove(folder)
         sys.path.insert(0, folder)
-        name = f"kvreg_user_{abs(hash(str(path.resolve())))}"
+        name = _file_module_name(path)
         module = sys.modules.get(name)
         if module is None:
             loader_spec = importlib.util.spec_from_file_location(name, path)
@@ -160,6 +175,9 @@ class Implementation:
     # watched environment variables they read while importing
     sources: tuple[str | None, str | None, str | None, Path | None] | None = None
     modules: tuple[str, ...] = ()
+    # the module ``--impl`` names (its register may be imported there from another): where
+    # functions "beside register" are found; None: register's own module
+    home: str | None = None
     import_reads: tuple[EnvRead, ...] = ()
     # the contract its register declares (:attr:`contract`); a field, so that a copy with a
     # wrapped register (dataclasses.replace) keeps the one its own signature declares
@@ -179,6 +197,15 @@ class Implementation:
         fresh.pinning = self.pinning
         fresh.import_reads = self.import_reads + fresh.import_reads
         return fresh
+
+    def beside(self, name: str) -> Any:
+        """The module-level object ``name`` beside register, in the module ``--impl`` names
+        (register's own module when that is not known), or None."""
+        module = sys.modules.get(self.home) if self.home is not None else None
+        if module is not None:
+            return getattr(module, name, None)
+        fn = inspect.unwrap(self.register_fn) if self.register_fn is not None else None
+        return getattr(fn, "__globals__", {}).get(name)
 
     @property
     def contract(self) -> Contract:
@@ -231,6 +258,7 @@ def make_implementation(impl: str | None = None, teardown: str | None = None,
     return Implementation(style, impl, register_fn, teardown_fn,
                           teardown_close=teardown == "close",
                           sources=(impl, teardown, style, base),
+                          home=spec_module(impl, base),
                           # its own modules too, when an earlier load had imported them
                           modules=tuple(sorted((set(sys.modules) - before) | {
                               fn.__module__ for fn in (register_fn, teardown_fn)

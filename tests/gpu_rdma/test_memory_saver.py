@@ -18,7 +18,11 @@ from kvreg.fakes.verbs.fabric import Fabric
 from kvreg.harness.gpu_rdma.layout import ready, saver_create, saver_pause, saver_resume
 from kvreg.harness.gpu_rdma.options import validate_options
 from kvreg.harness.run.core import run_scenario
-from kvreg.harness.run.implementation import ImplementationError, make_implementation
+from kvreg.harness.run.implementation import (
+    Implementation,
+    ImplementationError,
+    make_implementation,
+)
 from kvreg.harness.run.result import ScenarioResult
 from kvreg.harness.scenario import bundled_root, load_file
 
@@ -164,6 +168,34 @@ def test_a_hook_that_raises_is_an_unexpected_error(tmp_path: Path) -> None:
     assert result.violations[0].message.startswith(
         "prefill: release raised RuntimeError: deregistration failed around the memory "
         "saver's pause")
+
+
+@pytest.mark.parametrize("spec", ["file", "module"])
+def test_hooks_are_found_in_the_module_impl_names(tmp_path: Path, spec: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # register imported from a shared module: the hooks beside it are the named module's
+    # (as teardown is), not the shared module's; a user's hooks are never silently dropped
+    from kvreg.harness.gpu_rdma.memory_saver import hooks
+    (tmp_path / "shared_reg.py").write_text(
+        (IMPLS / "vllm_per_buffer.py").read_text()
+        + "\n\ndef release(engine, handle):\n    raise RuntimeError('not this one')\n")
+    (tmp_path / "entry_reg.py").write_text(
+        "from shared_reg import register, teardown\n\n\n"
+        "def resume(engine, buffers, handle):\n    return handle\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    name = f"{tmp_path / 'entry_reg.py'}" if spec == "file" else "entry_reg"
+    impl = make_implementation(f"{name}:register", None, "mooncake_engine")
+    found = hooks(impl)
+    assert sorted(found) == ["resume"] and found["resume"].__module__ == impl.home
+    assert impl.reloaded().home == impl.home
+    # the shared module named itself: its own release
+    shared = make_implementation(f"{tmp_path / 'shared_reg.py'}:register", None,
+                                 "mooncake_engine")
+    assert sorted(hooks(shared)) == ["release"]
+    # an Implementation built in code names no module: register's own module's hooks
+    assert impl.register_fn is not None
+    bare = Implementation("mooncake_engine", "in code", impl.register_fn, impl.teardown_fn)
+    assert sorted(hooks(bare)) == ["release"]
 
 
 # over NIXL (transport = "nixl"): a VRAM descriptor registered over the released memory no
