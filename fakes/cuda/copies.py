@@ -54,22 +54,48 @@ class CopyFault:
                 + f" -> {E.error_name(self.code)}")
 
 
+_FEW_RANGES = 8    # at most this many device ranges in reach: tested one by one
+
+
 def _device_side(driver: FakeDriver, ptrs: np.ndarray, sizes: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """(is device pointer, device range fits in its allocation) per copy."""
+    """(is device pointer, device range fits in its allocation) per copy.
+
+    Only the allocations between the lowest and highest pointer can hold one; a few are
+    tested one by one (a batch's host side reaches none, its staging side one), more by a
+    binary search: both give the same answer, the first without gathering per copy."""
     from .cuda_driver import ALIAS_OFFSET, DEVICE_BASE
 
-    ranges = driver.device_ranges()
     alias = (ptrs >= ALIAS_OFFSET) & (ptrs < DEVICE_BASE)
+    if not len(ptrs):
+        return alias, alias
+    lo, hi = int(ptrs.min()), int(ptrs.max())
+    ranges = [r for r in driver.device_ranges() if r.base <= hi and r.end > lo]
     if not ranges:
         return alias, alias
+    ends_q = ptrs + sizes
+    if len(ranges) <= _FEW_RANGES:
+        is_dev = np.zeros(ptrs.shape, bool)
+        fits = np.zeros(ptrs.shape, bool)
+        for r in ranges:
+            inside = (ptrs >= r.base) & (ptrs < r.end)
+            is_dev |= inside
+            fits |= inside & (ends_q <= r.end)
+        return is_dev | alias, fits | alias
     bases = np.fromiter((r.base for r in ranges), np.int64, len(ranges))
     ends = np.fromiter((r.end for r in ranges), np.int64, len(ranges))
     idx = np.searchsorted(bases, ptrs, side="right") - 1
     safe = np.maximum(idx, 0)
     is_dev = (idx >= 0) & (ptrs < ends[safe])
-    fits = is_dev & (ptrs + sizes <= ends[safe])
+    fits = is_dev & (ends_q <= ends[safe])
     return is_dev | alias, fits | alias
+
+
+def _as_int64(values: np.ndarray) -> np.ndarray:
+    """``values`` as int64 (a uint64 array viewed, not copied: the same bits astype gives)."""
+    if values.dtype == np.uint64:
+        return values.view(np.int64)
+    return values.astype(np.int64, copy=False)
 
 
 def classify_copy_sides(driver: FakeDriver, dsts: np.ndarray, srcs: np.ndarray,
@@ -79,9 +105,9 @@ def classify_copy_sides(driver: FakeDriver, dsts: np.ndarray, srcs: np.ndarray,
     ``kind`` is a cudaMemcpyKind (4 = Default: infer from the pointers, as the batch API
     does under UVA).
     """
-    d = dsts.astype(np.int64, copy=False)
-    s = srcs.astype(np.int64, copy=False)
-    n = sizes.astype(np.int64, copy=False)
+    d = _as_int64(dsts)
+    s = _as_int64(srcs)
+    n = _as_int64(sizes)
     d_dev, d_fits = _device_side(driver, d, n)
     s_dev, s_fits = _device_side(driver, s, n)
     if kind == 1:       # HostToDevice
@@ -108,16 +134,19 @@ def classify_copy_sides(driver: FakeDriver, dsts: np.ndarray, srcs: np.ndarray,
     for side, ptrs, is_host in ((HostSide.SRC, s, ~want_s_dev), (HostSide.DST, d, ~want_d_dev)):
         if not is_host.any():
             continue
-        rows = np.nonzero(is_host)[0]
-        classes, reg_idx = driver.pinned.classify(ptrs[rows], n[rows])
+        if is_host.all():     # every copy's side is host memory: no gather
+            rows = np.arange(len(ptrs))
+            classes, _ = driver.pinned.classify(ptrs, n)
+        else:
+            rows = np.flatnonzero(is_host)
+            classes, _ = driver.pinned.classify(ptrs[rows], n[rows])
         bad = classes == MIXED
         if profile.copy_across_registrations == "reject":
             bad |= classes == SPANS
-        illegal = np.zeros_like(bad)
+        hit = bad
         if batch and not profile.can_use_host_pointer_for_registered_mem:
             # raw host VA of registered memory handed to the batch API (sglang #40232)
-            illegal = (classes == PINNED) | (classes == SPANS)
-        hit = bad | illegal
+            hit = bad | (classes == PINNED) | (classes == SPANS)
         if not hit.any():
             continue
         j = int(np.argmax(hit))
@@ -131,7 +160,6 @@ def classify_copy_sides(driver: FakeDriver, dsts: np.ndarray, srcs: np.ndarray,
         else:
             reason = "is a raw host address of registered memory (device alias differs)"
             code = E.ILLEGAL_ADDRESS
-        del reg_idx  # classification index is only needed to find the first hit
         candidates.append((i, CopyFault(code, i if batch else -1, reason, side, ptr, size,
                                         regs)))
     if not candidates:

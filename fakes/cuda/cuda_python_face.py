@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import functools
 import types
 import weakref
 from collections.abc import Sequence
@@ -150,8 +151,10 @@ def _int_enum(name: str, members: dict[str, int]) -> Any:
     return enum.IntEnum(name, members)
 
 
+@functools.cache
 def _make_fallback_types() -> dict[str, Any]:
-    """Stand-ins for the binding's enums and structs when cuda-bindings is absent."""
+    """Stand-ins for the binding's enums and structs when cuda-bindings is absent (built
+    once: the same types for every face, as the real module's are)."""
     err = _int_enum("cudaError_t", {name: code for code, (name, _) in E.ERRORS.items()})
     mem = _int_enum("cudaMemoryType", {"cudaMemoryTypeUnregistered": 0,
                                           "cudaMemoryTypeHost": 1, "cudaMemoryTypeDevice": 2,

@@ -27,6 +27,7 @@ CUDA_ERROR_STUB_LIBRARY (34) [DOC enum comments].
 from __future__ import annotations
 
 import enum
+import functools
 import threading
 import types
 from typing import Any
@@ -104,8 +105,10 @@ def _int_enum(name: str, members: dict[str, int]) -> Any:
     return enum.IntEnum(name, members)
 
 
+@functools.cache
 def _fallback_types() -> dict[str, Any]:
-    """Stand-ins for the binding's enums and handle types when cuda-bindings is absent."""
+    """Stand-ins for the binding's enums and handle types when cuda-bindings is absent
+    (built once: the same types for every face, as the real module's are)."""
     names = {0: "CUDA_SUCCESS", 1: "CUDA_ERROR_INVALID_VALUE", 2: "CUDA_ERROR_OUT_OF_MEMORY",
              3: "CUDA_ERROR_NOT_INITIALIZED", 4: "CUDA_ERROR_DEINITIALIZED",
              34: "CUDA_ERROR_STUB_LIBRARY", 100: "CUDA_ERROR_NO_DEVICE",
@@ -452,9 +455,8 @@ class CudaDriverFace(DeviceMemoryCalls, types.ModuleType):
                     getattr(value, "__module__", "") == "typing":
                 return value
         elif real is not None or snapshot_names("driver").get(name) != "function":
-            fallback = _fallback_types()
-            if real is None and name in fallback:
-                return fallback[name]
+            if real is None and name in _fallback_types():
+                return _fallback_types()[name]
             raise AttributeError(f"module '{_NAME}' has no attribute '{name}'")
         stub = not_modelled_stub(_NAME, name)
         self.__dict__[name] = stub

@@ -127,6 +127,10 @@ class PinnedRegistry:
 
     # -- vectorised copy classification ---------------------------------------------------
     def _arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(bases, ends, run ends), each padded for a position ``p`` of
+        ``searchsorted(bases, ptr, side="right")``: ``ends[p]`` / ``run_end[p]`` are those of
+        the range at or before ``ptr`` (a sentinel below every pointer at 0: none), and
+        ``bases[p]`` is the next range's base (a sentinel above every pointer at the end)."""
         if self._arrays_version != self._version:
             by = self._by_base
             bases = np.fromiter(self._bases, np.int64, len(self._bases))
@@ -140,7 +144,10 @@ class PinnedRegistry:
                 run_id = np.concatenate(([0], np.cumsum(~adjacent)))
                 last_of_run = np.r_[run_id[1:] != run_id[:-1], True]
                 run_end = ends[last_of_run][run_id]
-            self._arr_bases, self._arr_ends, self._arr_run_end = bases, ends, run_end
+            low, high = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+            self._arr_bases = np.concatenate((bases, [high]))
+            self._arr_ends = np.concatenate(([low], ends))
+            self._arr_run_end = np.concatenate(([low], run_end))
             self._arrays_version = self._version
         return self._arr_bases, self._arr_ends, self._arr_run_end
 
@@ -153,21 +160,21 @@ class PinnedRegistry:
         ends_q = ptrs + np.asarray(sizes, dtype=np.int64)
         bases, ends, run_end = self._arrays()
         out = np.zeros(ptrs.shape, np.int8)
-        if not len(bases):
+        if len(bases) == 1:
             return out, np.full(ptrs.shape, -1, np.int64)
-        idx = np.searchsorted(bases, ptrs, side="right") - 1
-        safe = np.maximum(idx, 0)
-        starts_pinned = (idx >= 0) & (ptrs < ends[safe])
+        pos = np.searchsorted(bases[:-1], ptrs, side="right")
+        end_at = ends[pos]
+        starts_pinned = ptrs < end_at
         # a range that starts unpinned is mixed when some pinned range begins before its end
-        nxt = np.minimum(idx + 1, len(bases) - 1)
-        touches_next = (idx + 1 < len(bases)) & (bases[nxt] < ends_q)
-        out[~starts_pinned & touches_next] = MIXED
-        inside = starts_pinned & (ends_q <= ends[safe])
+        out[~starts_pinned & (bases[pos] < ends_q)] = MIXED
+        inside = starts_pinned & (ends_q <= end_at)
         out[inside] = PINNED
-        spans = starts_pinned & ~inside & (ends_q <= run_end[safe])
-        out[spans] = SPANS
-        out[starts_pinned & ~inside & ~spans] = MIXED
-        return out, np.where(starts_pinned, idx, -1)
+        # the few that start pinned and leave their range: inside a run of adjacent ones, or
+        # partly pageable
+        rest = np.flatnonzero(starts_pinned & ~inside)
+        if len(rest):
+            out[rest] = np.where(ends_q[rest] <= run_end[pos[rest]], SPANS, MIXED)
+        return out, np.where(starts_pinned, pos - 1, -1)
 
     def touching(self, ptr: int, size: int) -> tuple[Pinned, ...]:
         """Every pinned range that shares a byte with ``[ptr, ptr+size)``, in address order."""
