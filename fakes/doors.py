@@ -30,9 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 __all__ = ["PROCESS", "Door", "FacadeModule", "ProcessState", "Scope", "StaleHandleError",
-           "class_facade", "door_target",
-           "enlist", "make_stale", "report_stale",
-           "retire_scope"]
+           "class_facade", "door_target", "enlist", "make_stale", "mark_constant",
+           "report_stale", "retire_scope"]
 
 # kvreg's own code (fakes/, harness/, realhw/): frames there are not the caller under test
 _HERE = Path(__file__).resolve().parent
@@ -265,6 +264,23 @@ def class_facade(door: Door, name: str, module: str) -> type:
 
 
 _MODULE_FACADES: dict[str, FacadeModule] = {}
+# fake modules whose namespace never changes once built (shared by every fake: the pyverbs
+# enum modules): a door mirrors one only when it changes to it
+_CONSTANT: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def mark_constant(module: types.ModuleType) -> types.ModuleType:
+    """Declare ``module``'s namespace final (see :data:`_CONSTANT`); returns it."""
+    _CONSTANT.add(module)
+    return module
+
+
+def _ref(obj: Any) -> Callable[[], Any]:
+    """A weak reference to ``obj`` (one that answers None where ``obj`` takes none)."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: None
 
 
 class FacadeModule(types.ModuleType):
@@ -339,11 +355,17 @@ class FacadeModule(types.ModuleType):
 
     def _kvreg_mirror(self) -> None:
         """Show the current target's namespace as this module's own (``vars()`` and ``dir()``
-        of the module then list what the fake's module holds, as on the real one)."""
+        of the module then list what the fake's module holds, as on the real one). A
+        constant target (:func:`mark_constant`) mirrored last time is not copied again."""
         door: Door = self.__dict__["_kvreg_door"]
         if not door.stack:
             return
-        for name, value in list(vars(door.stack[-1]).items()):
+        target = door.stack[-1]
+        last = self.__dict__.get("_kvreg_mirrored")
+        if last is not None and last() is target and target in _CONSTANT:
+            return
+        self.__dict__["_kvreg_mirrored"] = _ref(target)
+        for name, value in list(vars(target).items()):
             if name.startswith("__") and name not in ("__doc__", "__all__"):
                 continue
             self.__dict__[name] = self._kvreg_wrap(name, value, cache=False)

@@ -13,10 +13,13 @@ plain int); the members of anonymous enums are plain int constants (docs/mooncak
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import types
 from importlib import resources
 from typing import Any
+
+from ..doors import mark_constant
 
 __all__ = ["ENUMS", "ENUM_CLASSES", "MANDATORY_ACCESS_MASK", "MODULE_CONSTANTS",
            "OPTIONAL_ACCESS_MASK", "SUPPLEMENT", "TABLE_SOURCE", "ibv_access_flags",
@@ -75,15 +78,20 @@ def _fill(mod: types.ModuleType) -> types.ModuleType:
             setattr(mod, member_name, member)
     for const, value in MODULE_CONSTANTS.items():
         setattr(mod, const, value)
-    return mod
+    return mark_constant(mod)
 
 
+# the enum modules hold constants only: built once per name and shared by every fake
+# fabric (as the real package's modules are one per process); an unchanged target lets a
+# door skip copying its namespace again (fakes/doors.py, ``mark_constant``)
+@functools.cache
 def old_generation_module(name: str = "pyverbs.enums") -> types.ModuleType:
     """``pyverbs.enums`` of rdma-core < v59: the enum classes and every member at module
     level (v44: ``pyverbs.enums.IBV_WC_SUCCESS`` is an ``ibv_wc_status`` member)."""
     return _fill(types.ModuleType(name, "kvreg fake: ibverbs enums (rdma-core < v59 layout)"))
 
 
+@functools.cache
 def new_generation_module(name: str = "pyverbs.libibverbs_enums") -> types.ModuleType:
     """``pyverbs.libibverbs_enums`` of rdma-core >= v59: the same classes and members."""
     return _fill(types.ModuleType(name, "kvreg fake: ibverbs enum classes (rdma-core >= v59 "
