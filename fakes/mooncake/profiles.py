@@ -151,8 +151,10 @@ STORE_PROFILES: Mapping[str, StoreProfile] = MappingProxyType({p.name: p for p i
 
 
 def get_store_profile(profile: str | StoreProfile | None = None) -> StoreProfile:
-    """A profile by name (default ``released``), or the profile given."""
-    if isinstance(profile, StoreProfile):
+    """A profile by name (default ``released``), or the profile given (anything but a name:
+    a profile made by this module executed again, as pytester's runs re-import it, is one
+    though it is no instance of this execution's class)."""
+    if profile is not None and not isinstance(profile, str):
         return profile
     name = profile or "released"
     try:

@@ -149,8 +149,9 @@ class RankRuns:
         return self.groups[key]
 
     def close(self) -> None:
-        for group in self.groups.values():
-            group.close(kill=True)
+        from kvreg.harness.ranks import close_all
+
+        close_all(list(self.groups.values()), kill=True)
         self.groups.clear()
 
 

@@ -11,7 +11,7 @@ runs one function in every rank per call; each rank's end comes back as a
 
 from __future__ import annotations
 
-from .group import RankGroup, RankStartError
+from .group import RankGroup, RankStartError, close_all
 from .outcome import RankOutcome
 
-__all__ = ["RankGroup", "RankOutcome", "RankStartError"]
+__all__ = ["RankGroup", "RankOutcome", "RankStartError", "close_all"]

@@ -33,7 +33,7 @@ from kvreg.harness.run.progress import Progress
 from kvreg.harness.run.result import ScenarioResult, Violation
 
 from .checks import RanksRun, check_ranks, demand_and_capacity
-from .group import DEFAULT_CALL_TIMEOUT_S, RankGroup, RankStartError
+from .group import DEFAULT_CALL_TIMEOUT_S, RankGroup, RankStartError, close_all
 from .outcome import RankOutcome
 
 if TYPE_CHECKING:
@@ -52,9 +52,9 @@ _CALL_SHARE = 0.85
 
 
 def close_groups() -> None:
-    """Let every rank group of this process go (its ranks leave their process group)."""
-    for group in _GROUPS.values():
-        group.close()
+    """Let every rank group of this process go (its ranks leave their process group, every
+    group's at once)."""
+    close_all(list(_GROUPS.values()))
     _GROUPS.clear()
 
 
