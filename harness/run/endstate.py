@@ -22,7 +22,9 @@ so the CUDA and the Mooncake checks share them and a record can cross a process 
 
 from __future__ import annotations
 
+import functools
 import linecache
+import os
 import re
 import traceback
 from bisect import bisect_left, bisect_right
@@ -95,11 +97,18 @@ class Raised:
         return self.chain[0] if self.chain else self.type_name
 
 
+@functools.lru_cache(maxsize=4096)
+def _in_fakes(filename: str) -> bool:
+    """Whether ``filename`` is one of kvreg's fakes, however its path is spelled (kvreg
+    imported through a symlinked folder names its frames by the link)."""
+    return os.path.realpath(filename).startswith(_FAKES + os.sep)
+
+
 def _origin(exc: BaseException) -> str:
     """``file.py:LINE: source`` of the innermost frame outside kvreg's own fakes."""
     frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
     for fr in reversed(frames):
-        if fr.filename.startswith(_FAKES):
+        if _in_fakes(fr.filename):
             continue
         line = (fr.line or linecache.getline(fr.filename, fr.lineno or 0)).strip()
         return f"{Path(fr.filename).name}:{fr.lineno}: {line}"

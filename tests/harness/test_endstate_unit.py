@@ -7,6 +7,10 @@ only, the cause may carry none, and a ``bool`` ``code`` attribute is not an erro
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import kvreg.fakes
 from kvreg.harness.run.endstate import (
     BufferEnd,
     FailedCall,
@@ -327,3 +331,25 @@ def test_an_aligned_buffer_does_not_stop_the_next_seams_being_judged() -> None:
     bad = _live((0, 0x28), (0x28, 0xD8), label="c")
     assert [v.message.split(" lies")[0] for v in check_seams_aligned([aligned, bad], 7)] == \
         ["a seam between two registrations of c"]
+
+
+def test_the_origin_skips_the_fakes_frames_however_their_path_is_spelled(
+        tmp_path: Path) -> None:
+    # kvreg imported through a symlinked folder names the fake's frames by the link: the
+    # origin is still the implementation's own line, never a line of kvreg's fake
+    fakes = Path(kvreg.fakes.__file__).resolve().parent
+    link = tmp_path / "kvreg_fakes_link"
+    os.symlink(fakes, link)
+    fake_file = str(link / "torch_face_like.py")       # a path under the link, not resolved
+    fake_code = compile("def fake():\n    raise TypeError('incompatible function arguments')\n",
+                        fake_file, "exec")
+    user_code = compile("def register():\n    fake()\n", str(tmp_path / "mine.py"), "exec")
+    space: dict[str, object] = {}
+    exec(fake_code, space)
+    exec(user_code, space)
+    (tmp_path / "mine.py").write_text("def register():\n    fake()\n")
+    try:
+        space["register"]()   # type: ignore[operator]
+    except TypeError as exc:
+        origin = summarize_exception(exc).origin
+    assert origin == "mine.py:2: fake()", origin
