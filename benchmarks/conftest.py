@@ -28,6 +28,7 @@ def _catalog_lines(impl: str) -> list[str]:
     if f"{key}load" not in MEDIANS:
         return []
     out = [f"bundled catalog against {impl} (load average up to {MEDIANS[key + 'load']:.1f}; "
+           f"a tools/suite_cost.py workload unit took {MEDIANS.get(key + 'unit', 0):.2f} s; "
            f"workers started: -j 1 {MEDIANS[key + 'isolated:j1:workers']:.0f}, "
            f"-j 2 {MEDIANS[key + 'isolated:j2:workers']:.0f})"]
     for stat in ("best", "median"):

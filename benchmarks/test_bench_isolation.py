@@ -16,6 +16,7 @@ asserted.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -32,6 +33,18 @@ MODES = [("in-process", 1), ("isolated", 1), ("isolated", 2)]
 COMMANDS = [("command", 0), ("command", 1), ("command", 2)]
 SGLANG = str(HERE.parent / "tests" / "cuda_target" / "impls" / "sglang_upstream.py") + ":register"
 IMPLS = {"reference": [], "sglang_upstream": ["--impl", SGLANG, "--style", "sglang"]}
+
+
+def _workload_unit() -> float:
+    """CPU seconds of tools/suite_cost.py's fixed workload (best of three) on this machine
+    now: a shared machine's speed changes from hour to hour, so the catalog's seconds are
+    printed beside it (the same code took 4.8 s at 0.29 s a unit and 6.8 s at 0.50 s)."""
+    spec = importlib.util.spec_from_file_location("suite_cost", HERE.parent / "tools" /
+                                                  "suite_cost.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return float(module.workload())
 
 
 def _run(mode: str, jobs: int, impl: list[str]) -> dict[str, Any]:
@@ -51,8 +64,10 @@ def test_catalog_isolated_vs_in_process(benchmark: Any, impl: str) -> None:
             samples[(mode, jobs)].append(_run(mode, jobs, IMPLS[impl]))
 
     load = os.getloadavg()[0]
+    unit = _workload_unit()
     benchmark.pedantic(one_round, rounds=3, iterations=1)
     MEDIANS[f"catalog:{impl}:load"] = max(load, os.getloadavg()[0])
+    MEDIANS[f"catalog:{impl}:unit"] = min(unit, _workload_unit())
     verdicts = {tuple(r["verdicts"]) for runs in samples.values() for r in runs}
     assert len(verdicts) == 1, "a mode changed a verdict"
     for (mode, jobs), runs in samples.items():
