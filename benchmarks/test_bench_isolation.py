@@ -37,8 +37,9 @@ IMPLS = {"reference": [], "sglang_upstream": ["--impl", SGLANG, "--style", "sgla
 
 def _workload_unit() -> float:
     """CPU seconds of tools/suite_cost.py's fixed workload (best of three) on this machine
-    now: a shared machine's speed changes from hour to hour, so the catalog's seconds are
-    printed beside it (the same code took 4.8 s at 0.29 s a unit and 6.8 s at 0.50 s)."""
+    now: a shared machine's speed changes from hour to hour (the same code took 4.8 s and
+    6.8 s, 40 minutes apart; the unit was 0.29-0.53 s within one hour), so the catalog's
+    seconds are printed beside it."""
     spec = importlib.util.spec_from_file_location("suite_cost", HERE.parent / "tools" /
                                                   "suite_cost.py")
     assert spec is not None and spec.loader is not None
