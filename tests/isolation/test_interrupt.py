@@ -33,10 +33,14 @@ def test_ctrl_c_writes_the_complete_report_and_exits_130(tmp_path: Path) -> None
     marker, report = tmp_path / "hanging.pid", tmp_path / "report.json"
     report.write_text("previous report\n")
     env = {**cli_env(), "KVREG_TEST_MARKER": str(marker)}
+    # started as from a terminal, with Ctrl-C's default action: an ignored SIGINT is inherited
+    # (a test earlier in this worker may have left it ignored), and Python then never raises
+    # KeyboardInterrupt (a shuffled CI order ran the whole catalog past the signal)
     proc = subprocess.Popen([*kvreg_command(), "run", str(folder), "--style", "generic",
                              "--impl", isolation_spec("register_hangs_when_chunked"),
                              "--teardown", isolation_spec("teardown"), "--json", str(report)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         # the run is in its second scenario once the implementation wrote the marker
         while not marker.exists() or not marker.read_text():
